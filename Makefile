@@ -1,0 +1,41 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+# Each creates .venv from nothing with only Python 3.11+ on the machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP_BASE := $(VENV)/.installed-base
+STAMP_TEST := $(VENV)/.installed-test
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint typecheck bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
+
+$(STAMP_BASE): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[solvers,plots]"
+	touch $@
+
+# torch==2.13.0 resolves to the CPU wheel that lies on these machines.
+$(STAMP_TEST): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[solvers,plots,kubernetes,dev,torch,ray]"
+	touch $(STAMP_BASE) $@
+
+demo: $(STAMP_BASE)
+	$(BIN)/firepool demo
+
+lint: $(STAMP_TEST)
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+
+typecheck: $(STAMP_TEST)
+	$(BIN)/mypy
+
+test: $(STAMP_TEST)
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,3 @@
+"""firepool: a broker for warm GPU and CPU capacity."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,507 @@
+"""Value types shared by every layer: job and pod states, pool specs, typed errors.
+
+Everything here is plain data. The control plane (`control/`, `scheduling/`), the adapters
+(`store/`, `backends/`), the drivers (`service/`, `sim/`) and the faces (`api/`, `client/`,
+`cli/`) all speak these types, so a rule written once holds everywhere: an invalid pool spec
+is refused the same way whether it comes from a catalog file, the API or a simulator sweep.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+# --------------------------------------------------------------------------- enums
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL_JOB_STATES
+
+
+_TERMINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+#: Every legal job transition. RUNNING -> QUEUED is a retry or a crash-recovery re-queue; the
+#: durable store refuses anything else, so a stale writer can never resurrect a finished job.
+JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.QUEUED, JobState.FAILED, JobState.CANCELLED}),
+    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}),
+    JobState.RUNNING: frozenset(
+        {JobState.QUEUED, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+    ),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+
+class PodRole(StrEnum):
+    ACTIVE = "active"
+    STANDBY = "standby"
+
+
+class PodState(StrEnum):
+    STARTING = "starting"
+    IDLE = "idle"
+    HELD = "held"
+    ASSIGNED = "assigned"
+    RUNNING = "running"
+    RETIRING = "retiring"
+    STALE = "stale"
+
+
+class AcquisitionPath(StrEnum):
+    WARM = "warm"
+    RECYCLED = "recycled"
+    STANDBY = "standby"
+    NEW = "new"
+    CUSTOM_IMAGE = "custom_image"
+
+
+class AcquisitionReason(StrEnum):
+    """Why a job got the path it got, i.e. why no warmer path was used."""
+
+    SAME_SESSION = "same_session"  # warm: the caller's own pod, same queue and tag
+    TAG_HINT = "tag_hint"  # warm: own pod, other tag, pool treats tags as hints
+    NEW_SESSION = "new_session"  # recycled: own pod across a tag boundary, then retires
+    QUEUE_SWITCH = "queue_switch"  # recycled: own pod across a queue boundary, then retires
+    NO_OWN_POD = "no_own_pod"  # warm: a never-used pod, the caller had no idle pod here
+    NO_IDLE_POD = "no_idle_pod"  # standby: no own or never-used idle pod was free
+    NO_WARM_CAPACITY = "no_warm_capacity"  # new: nothing idle or standby when the job queued
+    SINGLE_USE = "single_use"  # new: the job asked for a pod of its own
+    CUSTOM_IMAGE = "custom_image"  # custom_image: the job brings its own image
+
+
+class LeaseTagMode(StrEnum):
+    BOUNDARY = "boundary"
+    HINT = "hint"
+
+
+class Topology(StrEnum):
+    NONE = "none"
+    TORCHRUN = "torchrun"
+    RAY = "ray"
+
+
+class JobKind(StrEnum):
+    TASK = "task"
+    ELASTIC = "elastic"
+
+
+class ErrorCode(StrEnum):
+    """Stable error classes: every error a caller can see carries one of these.
+
+    The first group describes rejected requests and refused operations; the second group is the
+    `error_class` of a terminal job. The strings are a public contract: never rename one.
+    """
+
+    VALIDATION = "ValidationError"
+    FORBIDDEN_ENV = "ForbiddenEnv"
+    UNAUTHORIZED = "Unauthorized"
+    NOT_FOUND = "NotFound"
+    CONFLICT = "Conflict"
+    LOST_RACE = "LostRace"
+    INVALID_TRANSITION = "InvalidTransition"
+    PAYLOAD_TOO_LARGE = "PayloadTooLarge"
+    BAD_PACKAGE = "BadPackage"
+    CONFIG = "ConfigError"
+    UNKNOWN_POOL = "UnknownPool"
+    QUOTA = "QuotaExceeded"
+    UNAVAILABLE = "Unavailable"
+    INTERNAL = "InternalError"
+    # terminal job error classes
+    NON_ZERO_EXIT = "NonZeroExit"
+    OOM = "OOM"
+    KILLED = "Killed"
+    TIMEOUT = "Timeout"
+    CANCELLED = "Cancelled"
+    LAUNCH_FAILED = "LaunchFailed"
+    DEPENDENCY_INSTALL_FAILED = "DependencyInstallFailed"
+    POD_LOST = "PodLost"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class FirepoolError(Exception):
+    """Base of every typed error: a stable code, a message, and the offending field if any."""
+
+    code: ClassVar[ErrorCode] = ErrorCode.INTERNAL
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"error": self.code.value, "message": self.message, "field": self.field}
+
+
+class ConfigError(FirepoolError):
+    code = ErrorCode.CONFIG
+
+
+class RequestValidationError(FirepoolError):
+    code = ErrorCode.VALIDATION
+
+
+class ForbiddenEnvError(FirepoolError):
+    code = ErrorCode.FORBIDDEN_ENV
+
+
+class UnauthorizedError(FirepoolError):
+    code = ErrorCode.UNAUTHORIZED
+
+
+class NotFoundError(FirepoolError):
+    code = ErrorCode.NOT_FOUND
+
+
+class ConflictError(FirepoolError):
+    code = ErrorCode.CONFLICT
+
+
+class LostRaceError(FirepoolError):
+    """A conditional write found the row changed under it; the caller must re-read."""
+
+    code = ErrorCode.LOST_RACE
+
+
+class InvalidTransitionError(FirepoolError):
+    code = ErrorCode.INVALID_TRANSITION
+
+
+class PayloadTooLargeError(FirepoolError):
+    code = ErrorCode.PAYLOAD_TOO_LARGE
+
+
+class BadPackageError(FirepoolError):
+    code = ErrorCode.BAD_PACKAGE
+
+
+class UnknownPoolError(FirepoolError):
+    code = ErrorCode.UNKNOWN_POOL
+
+
+class QuotaExceededError(FirepoolError):
+    code = ErrorCode.QUOTA
+
+
+class UnavailableError(FirepoolError):
+    code = ErrorCode.UNAVAILABLE
+
+
+# --------------------------------------------------------------------------- strict base
+
+
+class StrictModel(BaseModel):
+    """The one pydantic base: unknown fields are errors, so a typo never passes silently."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+
+# --------------------------------------------------------------------------- accelerators
+
+#: Accelerator models a pool may name, with memory per device in GiB. `fake` is a configured
+#: stand-in device for machines without GPUs (CI, the simulator's local venue).
+ACCELERATORS: dict[str, int] = {
+    "H200": 141,
+    "H100": 80,
+    "A100-80GB": 80,
+    "A100": 40,
+    "L40S": 48,
+    "L4": 24,
+    "A10G": 24,
+    "T4": 16,
+    "V100": 32,
+    "fake": 16,
+}
+
+#: The ledger key for CPU pools; their budget is counted in cores.
+CPU_RESOURCE = "cpu"
+
+
+def _first_loc(err: ValidationError) -> tuple[str | None, str]:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or None
+    return loc, first["msg"]
+
+
+class PoolSpec(StrictModel):
+    """A hardware pool (SKU): one pod shape, one base image and the four scaling knobs.
+
+    Floor, idle cap and ceiling count pods; a pod of a GPU pool holds `accelerators_per_pod`
+    physical GPUs, and an active pod with its standbys counts once. Budgets convert pods to
+    GPUs (or cores, for CPU pools) so that 1-GPU and 8-GPU pools share one ledger.
+    """
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
+    accelerator: str | None = None
+    accelerators_per_pod: int = 0
+    cpus_per_pod: float = 1.0
+    memory_mib_per_pod: int = 2048
+    image: str = "firepool/base:latest"
+    min_count: int = 0
+    max_idle_count: int = 0
+    max_count: int = 8
+    idle_timeout: float = 60.0
+    caller_hold_seconds: float | None = None
+    standbys_per_active: int = 0
+    step: int = 8
+    lease_tag_mode: LeaseTagMode = LeaseTagMode.BOUNDARY
+    max_pods_per_caller: int | None = None
+    max_gpus_per_caller: int | None = None
+    template_version: int = 1
+    preload_modules: tuple[str, ...] = ()
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _typed_errors(cls, data: Any, handler: Any) -> Any:
+        """Turn pydantic's generic error into a ConfigError that names the field."""
+        try:
+            return handler(data)
+        except ValidationError as err:
+            field, msg = _first_loc(err)
+            raise ConfigError(f"pool spec: {field}: {msg}", field=field) from None
+
+    @model_validator(mode="after")
+    def _check(self) -> PoolSpec:
+        for field in (
+            "accelerators_per_pod",
+            "memory_mib_per_pod",
+            "min_count",
+            "max_idle_count",
+            "max_count",
+            "standbys_per_active",
+            "template_version",
+        ):
+            if getattr(self, field) < 0:
+                raise ConfigError(f"pool {self.name}: {field} must be >= 0", field=field)
+        for field in ("cpus_per_pod", "idle_timeout"):
+            if not getattr(self, field) >= 0:  # also refuses NaN
+                raise ConfigError(f"pool {self.name}: {field} must be >= 0", field=field)
+        if self.caller_hold_seconds is not None and not self.caller_hold_seconds >= 0:
+            raise ConfigError(
+                f"pool {self.name}: caller_hold_seconds must be >= 0", field="caller_hold_seconds"
+            )
+        for field in ("max_pods_per_caller", "max_gpus_per_caller"):
+            value = getattr(self, field)
+            if value is not None and value < 1:
+                raise ConfigError(f"pool {self.name}: {field} must be >= 1", field=field)
+        if self.step < 1:
+            raise ConfigError(f"pool {self.name}: step must be >= 1", field="step")
+        if self.min_count > self.max_count:
+            raise ConfigError(
+                f"pool {self.name}: min_count {self.min_count} exceeds max_count {self.max_count}",
+                field="min_count",
+            )
+        if self.accelerator is None:
+            if self.accelerators_per_pod:
+                raise ConfigError(
+                    f"pool {self.name}: accelerators_per_pod needs an accelerator",
+                    field="accelerators_per_pod",
+                )
+            if self.standbys_per_active:
+                raise ConfigError(
+                    f"pool {self.name}: standbys need a GPU pool", field="standbys_per_active"
+                )
+            if self.max_gpus_per_caller is not None:
+                raise ConfigError(
+                    f"pool {self.name}: max_gpus_per_caller needs a GPU pool",
+                    field="max_gpus_per_caller",
+                )
+            if self.cpus_per_pod <= 0:
+                raise ConfigError(
+                    f"pool {self.name}: a CPU pool needs cpus_per_pod > 0", field="cpus_per_pod"
+                )
+        else:
+            if self.accelerator not in ACCELERATORS:
+                known = ", ".join(sorted(ACCELERATORS))
+                raise ConfigError(
+                    f"pool {self.name}: unknown accelerator {self.accelerator!r} (known: {known})",
+                    field="accelerator",
+                )
+            if self.accelerators_per_pod < 1:
+                raise ConfigError(
+                    f"pool {self.name}: a GPU pool needs accelerators_per_pod >= 1",
+                    field="accelerators_per_pod",
+                )
+            if self.standbys_per_active and self.accelerators_per_pod != 1:
+                raise ConfigError(
+                    f"pool {self.name}: standbys need 1-GPU pods (gang promotion is not supported)",
+                    field="standbys_per_active",
+                )
+        return self
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.accelerator is not None
+
+    @property
+    def hold_seconds(self) -> float:
+        """The owner hold: `caller_hold_seconds`, inheriting the keep-alive when unset."""
+        return self.idle_timeout if self.caller_hold_seconds is None else self.caller_hold_seconds
+
+    @property
+    def budget_resource(self) -> str:
+        """The ledger this pool draws from: its accelerator model, or `cpu`."""
+        return self.accelerator if self.accelerator is not None else CPU_RESOURCE
+
+    @property
+    def units_per_pod(self) -> int:
+        """Budget units one pod (or one active+standby group) takes: GPUs, or whole cores."""
+        if self.accelerator is not None:
+            return self.accelerators_per_pod
+        return max(1, int(-(-self.cpus_per_pod // 1)))
+
+
+# --------------------------------------------------------------------------- environment
+
+_FORBIDDEN_ENV_EXACT = frozenset(
+    {
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "PYTHONINSPECT",
+        "PYTHONUSERBASE",
+        "PYTHONEXECUTABLE",
+        "PYTHONSAFEPATH",
+        "PYTHONNOUSERSITE",
+        "PYTHONPLATLIBDIR",
+        "PYTHONBREAKPOINT",
+        "PYTHONWARNINGS",
+        "PYTHONDEVMODE",
+        "PYTHONMALLOC",
+        "PERL5LIB",
+        "PERL5OPT",
+        "RUBYOPT",
+        "RUBYLIB",
+        "NODE_OPTIONS",
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+        "BASH_ENV",
+        "ENV",
+        "IFS",
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "RANK",
+        "LOCAL_RANK",
+        "GROUP_RANK",
+        "ROLE_RANK",
+        "NODE_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "RAY_ADDRESS",
+    }
+)
+_FORBIDDEN_ENV_PREFIXES = (
+    "LD_",
+    "DYLD_",
+    "CUDA_DEVICE_MEMORY_",
+    "FIREPOOL_",
+    "TORCHELASTIC_",
+    "TORCH_ELASTIC_",
+    "PET_",
+    "GLIBC_",
+    "MALLOC_",
+)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def forbidden_env_reason(name: str) -> str | None:
+    """Why a caller may not set this environment variable, or None if it may.
+
+    Loader hooks, interpreter start-up hooks, the broker's own variables and the rank and
+    rendezvous variables the executor injects are refused: each could change what runs in the
+    pod or how it joins a gang, behind the agent's back.
+    """
+    if not _ENV_NAME.match(name):
+        return "not a valid environment variable name"
+    upper = name.upper()
+    if upper in _FORBIDDEN_ENV_EXACT:
+        return "reserved for the broker, the loader or the interpreter"
+    for prefix in _FORBIDDEN_ENV_PREFIXES:
+        if upper.startswith(prefix):
+            return f"names starting with {prefix} are reserved"
+    return None
+
+
+# --------------------------------------------------------------------------- jobs
+
+_DIGEST = r"^sha256:[0-9a-f]{64}$"
+
+
+class JobSpec(StrictModel):
+    """What a caller asks for. The caller's identity is never part of it: auth supplies it."""
+
+    pool: Annotated[str, Field(min_length=1, max_length=63)]
+    command: Annotated[list[Annotated[str, Field(max_length=65536)]], Field(min_length=1)]
+    package: Annotated[str, Field(pattern=_DIGEST)] | None = None
+    requirements: Annotated[str, Field(max_length=1_000_000)] | None = None
+    env: dict[str, Annotated[str, Field(max_length=65536)]] = Field(default_factory=dict)
+    pods: Annotated[int, Field(ge=1, le=1024)] = 1
+    topology: Topology = Topology.NONE
+    queue: Annotated[str, Field(min_length=1, max_length=128)] = "default"
+    lease_tag: Annotated[str, Field(max_length=256)] = ""
+    priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
+    max_retries: Annotated[int, Field(ge=0, le=100)] = 0
+    timeout_s: Annotated[float, Field(gt=0, le=30 * 24 * 3600)] | None = 600.0
+    single_use: bool = False
+    image: Annotated[str, Field(min_length=1, max_length=512)] | None = None
+    request_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    kind: JobKind = JobKind.TASK
+
+    @field_validator("env")
+    @classmethod
+    def _filter_env(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            reason = forbidden_env_reason(name)
+            if reason is not None:
+                raise PydanticCustomError(
+                    "forbidden_env",
+                    "environment variable {name} is not allowed: {reason}",
+                    {"name": name, "reason": reason},
+                )
+        return env
+
+    @property
+    def image_is_pinned(self) -> bool:
+        """A digest-pinned custom image may be reused by its caller; a mutable tag may not."""
+        return self.image is not None and "@sha256:" in self.image
+
+
+def attempt_id(job_id: str, retry: int) -> str:
+    """The id the pod agent sees: `<job-id>:<retry>`, so a retry is never mistaken for its
+    predecessor."""
+    return f"{job_id}:{retry}"
+
+
+def parse_attempt_id(value: str) -> tuple[str, int]:
+    job_id, sep, retry = value.rpartition(":")
+    if not sep or not job_id or not retry.isdigit():
+        raise RequestValidationError(f"bad attempt id {value!r}", field="attempt")
+    return job_id, int(retry)

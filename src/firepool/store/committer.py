@@ -1,0 +1,118 @@
+"""Group commit: many writers, few transactions, one durable flush per batch.
+
+A write is a function of a connection. Callers hand it to `Committer.run` and block until the
+transaction holding it has committed, so a caller never acts on a write that is not yet
+durable (the dispatcher launches only after `start` returns). Writer threads take whatever
+has queued up while the previous batch was flushing and commit it as one transaction: under
+load the fsync (or the network round trip of COMMIT) is shared by the whole batch, with no
+added delay when there is no load.
+
+Writes must raise a `FirepoolError` only before they have written anything (the conditional
+UPDATE comes first and reports a lost race by its row count), so one refused write never
+spoils its batch. Any other error rolls the batch back and replays each write in a
+transaction of its own, so a deadlock or a duplicate key reaches only the write that caused it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from firepool.model import FirepoolError
+
+T = TypeVar("T")
+Write = Callable[[sa.Connection], Any]
+
+_STOP = object()
+
+
+class Committer:
+    def __init__(self, engine: Engine, *, writers: int = 1, max_batch: int = 256) -> None:
+        self._engine = engine
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"firepool-commit-{i}", daemon=True)
+            for i in range(writers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def run(self, write: Callable[[sa.Connection], T]) -> T:
+        """Run `write` in a group-committed transaction; return once it is durable."""
+        if self._closed:
+            raise RuntimeError("store is closed")
+        future: Future[T] = Future()
+        self._queue.put((write, future))
+        return future.result()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._threads:
+            self._queue.put(_STOP)
+        for thread in self._threads:
+            thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            batch = [item]
+            stop = False
+            while len(batch) < self._max_batch:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                batch.append(nxt)
+            self._commit(batch)
+            if stop:
+                return
+
+    def _connect(self) -> sa.Connection:
+        return self._engine.connect().execution_options(firepool_write=True)
+
+    def _commit(self, batch: list[tuple[Write, Future[Any]]]) -> None:
+        results: list[tuple[bool, Any]] = []
+        try:
+            with self._connect() as conn, conn.begin():
+                for write, _ in batch:
+                    try:
+                        results.append((True, write(conn)))
+                    except FirepoolError as err:
+                        results.append((False, err))
+        except Exception:
+            if len(batch) == 1:
+                self._commit_alone(batch[0])
+            else:
+                for item in batch:
+                    self._commit_alone(item)
+            return
+        for (ok, value), (_, future) in zip(results, batch, strict=True):
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+    def _commit_alone(self, item: tuple[Write, Future[Any]]) -> None:
+        write, future = item
+        try:
+            with self._connect() as conn, conn.begin():
+                value = write(conn)
+        except BaseException as err:
+            future.set_exception(err)
+        else:
+            future.set_result(value)

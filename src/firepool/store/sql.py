@@ -1,0 +1,463 @@
+"""`SqlJobStore`: the `JobStore` on SQLite, PostgreSQL or MySQL/MariaDB (SQLAlchemy Core).
+
+Writes go through a `Committer` (group commit); reads use pooled connections directly. Each
+write method builds a closure over plain values and validates everything it can (legal
+transition, terminal state) before the closure runs, so the closure's first statement is the
+conditional UPDATE, and a lost race is detected by its row count with nothing yet written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from firepool.model import (
+    JOB_TRANSITIONS,
+    ConflictError,
+    ErrorCode,
+    InvalidTransitionError,
+    JobSpec,
+    JobState,
+    LostRaceError,
+    NotFoundError,
+    RequestValidationError,
+    attempt_id,
+)
+from firepool.store.committer import Committer
+from firepool.store.records import (
+    AttemptRecord,
+    JobRecord,
+    PackageRecord,
+    PodBinding,
+    Submitted,
+    timings,
+)
+from firepool.store.rows import binding_from_row, error_code, job_from_row
+from firepool.store.schema import attempts, callers, jobs, packages, pod_bindings, tokens
+
+#: Timings a driver may stamp after the durable start (the others are set by transitions).
+_STAMPABLE = {"started": jobs.c.started_at, "first_instruction": jobs.c.first_instruction_at}
+_CANCEL_TRIES = 16
+
+
+def new_job_id() -> str:
+    return secrets.token_hex(8)
+
+
+def spec_hash(spec: JobSpec) -> str:
+    """What makes two submissions 'the same request': the spec without its request id."""
+    return hashlib.sha256(spec.model_dump_json(exclude={"request_id"}).encode()).hexdigest()
+
+
+class SqlJobStore:
+    def __init__(self, engine: Engine, *, writers: int | None = None, max_batch: int = 256) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        if writers is None:
+            # SQLite has one writer lock, so one writer thread; a server benefits from a few
+            # transactions in flight so that one batch's COMMIT overlaps the next one's work.
+            writers = 1 if self.dialect == "sqlite" else 4
+        self._committer = Committer(engine, writers=writers, max_batch=max_batch)
+
+    # ------------------------------------------------------------------ plumbing
+    def _read(self, fn: Any) -> Any:
+        with self.engine.connect() as conn:
+            return fn(conn)
+
+    def close(self) -> None:
+        self._committer.close()
+        self.engine.dispose()
+
+    @staticmethod
+    def _lost(conn: sa.Connection, job: JobRecord) -> LostRaceError | NotFoundError:
+        row = conn.execute(
+            sa.select(jobs.c.state, jobs.c.version).where(jobs.c.id == job.id)
+        ).first()
+        if row is None:
+            return NotFoundError(f"job {job.id} not found", field="id")
+        return LostRaceError(
+            f"job {job.id} changed under this write: expected version {job.version}, "
+            f"found version {row.version} in state {row.state}",
+            field="version",
+        )
+
+    @staticmethod
+    def _check_transition(job: JobRecord, to: JobState) -> None:
+        if to not in JOB_TRANSITIONS[job.state]:
+            raise InvalidTransitionError(
+                f"job {job.id}: {job.state.value} -> {to.value} is not a legal transition",
+                field="state",
+            )
+
+    def _cas(self, conn: sa.Connection, job: JobRecord, **values: Any) -> None:
+        """The conditional UPDATE every transition starts with."""
+        result = conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.id == job.id, jobs.c.version == job.version)
+            .values(version=job.version + 1, **values)
+        )
+        if result.rowcount != 1:
+            raise self._lost(conn, job)
+
+    @staticmethod
+    def _bindings(conn: sa.Connection, attempt_ids: Collection[str]) -> dict[str, list[PodBinding]]:
+        found: dict[str, list[PodBinding]] = {}
+        if not attempt_ids:
+            return found
+        rows = conn.execute(
+            sa.select(pod_bindings)
+            .where(pod_bindings.c.attempt_id.in_(list(attempt_ids)))
+            .order_by(pod_bindings.c.attempt_id, pod_bindings.c.rank)
+        )
+        for row in rows:
+            found.setdefault(row.attempt_id, []).append(binding_from_row(row))
+        return found
+
+    def _jobs_from_rows(self, conn: sa.Connection, rows: Sequence[Any]) -> list[JobRecord]:
+        ids = [attempt_id(r.id, r.retries) for r in rows if r.state != JobState.QUEUED]
+        bound = self._bindings(conn, ids)
+        return [job_from_row(r, bound.get(attempt_id(r.id, r.retries), ())) for r in rows]
+
+    # ------------------------------------------------------------------ jobs
+    def submit(self, caller: str, spec: JobSpec, *, now: float) -> Submitted:
+        digest = spec_hash(spec)
+        job = JobRecord(
+            id=new_job_id(),
+            caller=caller,
+            spec=spec,
+            state=JobState.QUEUED,
+            version=1,
+            timings=timings(submitted=now),
+        )
+        values = {
+            "id": job.id,
+            "caller": caller,
+            "request_id": spec.request_id,
+            "spec_hash": digest,
+            "pool": spec.pool,
+            "queue": spec.queue,
+            "state": job.state.value,
+            "version": job.version,
+            "priority": spec.priority,
+            "retries": 0,
+            "cancel_requested": False,
+            "spec": spec.model_dump_json(),
+            "submitted_at": now,
+        }
+
+        def write(conn: sa.Connection) -> Submitted:
+            if spec.request_id is not None:
+                row = conn.execute(
+                    sa.select(jobs).where(
+                        jobs.c.caller == caller, jobs.c.request_id == spec.request_id
+                    )
+                ).first()
+                if row is not None:
+                    if row.spec_hash != digest:
+                        raise ConflictError(
+                            f"request_id {spec.request_id!r} was already used for a different "
+                            f"job ({row.id})",
+                            field="request_id",
+                        )
+                    return Submitted(self._jobs_from_rows(conn, [row])[0], created=False)
+            conn.execute(jobs.insert().values(**values))
+            return Submitted(job, created=True)
+
+        result: Submitted = self._committer.run(write)
+        return result
+
+    def get(self, job_id: str) -> JobRecord | None:
+        def read(conn: sa.Connection) -> JobRecord | None:
+            row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
+            return None if row is None else self._jobs_from_rows(conn, [row])[0]
+
+        found: JobRecord | None = self._read(read)
+        return found
+
+    def list_jobs(
+        self,
+        *,
+        caller: str | None = None,
+        states: Collection[JobState] = (),
+        pool: str | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[JobRecord]:
+        query = sa.select(jobs).order_by(jobs.c.seq).limit(max(1, limit))
+        if caller is not None:
+            query = query.where(jobs.c.caller == caller)
+        if states:
+            query = query.where(jobs.c.state.in_([JobState(s).value for s in states]))
+        if pool is not None:
+            query = query.where(jobs.c.pool == pool)
+        if queue is not None:
+            query = query.where(jobs.c.queue == queue)
+
+        def read(conn: sa.Connection) -> list[JobRecord]:
+            return self._jobs_from_rows(conn, conn.execute(query).all())
+
+        found: list[JobRecord] = self._read(read)
+        return found
+
+    def start(self, job: JobRecord, bindings: Sequence[PodBinding], *, now: float) -> JobRecord:
+        self._check_transition(job, JobState.RUNNING)
+        attempt = attempt_id(job.id, job.retries)
+        rows = [
+            {
+                "attempt_id": attempt,
+                "rank": b.rank,
+                "job_id": job.id,
+                "pod": b.pod,
+                "pool": b.pool or job.spec.pool,
+                "acquisition": b.acquisition.value,
+                "reason": str(b.reason),
+            }
+            for b in bindings
+        ]
+
+        def write(conn: sa.Connection) -> None:
+            self._cas(
+                conn,
+                job,
+                state=JobState.RUNNING.value,
+                assigned_at=now,
+                started_at=None,
+                first_instruction_at=None,
+            )
+            conn.execute(
+                attempts.insert().values(
+                    id=attempt,
+                    job_id=job.id,
+                    retry=job.retries,
+                    state=JobState.RUNNING.value,
+                    started_at=now,
+                )
+            )
+            if rows:
+                conn.execute(pod_bindings.insert(), rows)
+
+        self._committer.run(write)
+        stamps = timings(job.timings, assigned=now, started=None, first_instruction=None)
+        pods = tuple(replace(b, pool=b.pool or job.spec.pool) for b in bindings)
+        return replace(
+            job, state=JobState.RUNNING, version=job.version + 1, timings=stamps, pods=pods
+        )
+
+    def finish(
+        self,
+        job: JobRecord,
+        state: JobState,
+        *,
+        now: float,
+        exit_code: int | None = None,
+        error_class: ErrorCode | None = None,
+        message: str | None = None,
+    ) -> JobRecord:
+        if not state.terminal:
+            raise InvalidTransitionError(f"{state.value} is not a terminal state", field="state")
+        self._check_transition(job, state)
+        error = error_class.value if error_class is not None else None
+        had_attempt = job.state == JobState.RUNNING
+
+        def write(conn: sa.Connection) -> None:
+            self._cas(
+                conn,
+                job,
+                state=state.value,
+                exit_code=exit_code,
+                error_class=error,
+                message=message,
+                finished_at=now,
+            )
+            if had_attempt:
+                conn.execute(
+                    sa.update(attempts)
+                    .where(attempts.c.id == job.attempt)
+                    .values(
+                        state=state.value, finished_at=now, exit_code=exit_code, error_class=error
+                    )
+                )
+
+        self._committer.run(write)
+        return replace(
+            job,
+            state=state,
+            version=job.version + 1,
+            exit_code=exit_code,
+            error_class=error_class,
+            message=message,
+            timings=timings(job.timings, finished=now),
+        )
+
+    def requeue(
+        self, job: JobRecord, *, now: float, error_class: ErrorCode | None = None
+    ) -> JobRecord:
+        if job.state != JobState.RUNNING:
+            raise InvalidTransitionError(
+                f"job {job.id}: only a RUNNING job can be re-queued, not {job.state.value}",
+                field="state",
+            )
+        error = error_class.value if error_class is not None else None
+
+        def write(conn: sa.Connection) -> None:
+            self._cas(
+                conn,
+                job,
+                state=JobState.QUEUED.value,
+                retries=job.retries + 1,
+                assigned_at=None,
+                started_at=None,
+                first_instruction_at=None,
+            )
+            conn.execute(
+                sa.update(attempts)
+                .where(attempts.c.id == job.attempt)
+                .values(state=JobState.FAILED.value, finished_at=now, error_class=error)
+            )
+
+        self._committer.run(write)
+        return replace(
+            job,
+            state=JobState.QUEUED,
+            version=job.version + 1,
+            retries=job.retries + 1,
+            timings=timings(submitted=job.timings.get("submitted")),
+            pods=(),
+        )
+
+    def cancel(self, job_id: str, *, now: float) -> JobRecord:
+        def write(conn: sa.Connection) -> JobRecord:
+            row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
+            if row is None:
+                raise NotFoundError(f"job {job_id} not found", field="id")
+            job = self._jobs_from_rows(conn, [row])[0]
+            if job.state.terminal or (job.state == JobState.RUNNING and job.cancel_requested):
+                return job
+            if job.state == JobState.RUNNING:
+                self._cas(conn, job, cancel_requested=True)
+                return replace(job, version=job.version + 1, cancel_requested=True)
+            self._cas(
+                conn,
+                job,
+                state=JobState.CANCELLED.value,
+                error_class=ErrorCode.CANCELLED.value,
+                message="cancelled before it started",
+                finished_at=now,
+            )
+            return replace(
+                job,
+                state=JobState.CANCELLED,
+                version=job.version + 1,
+                error_class=ErrorCode.CANCELLED,
+                message="cancelled before it started",
+                timings=timings(job.timings, finished=now),
+            )
+
+        for _ in range(_CANCEL_TRIES):
+            try:
+                result: JobRecord = self._committer.run(write)
+            except LostRaceError:
+                continue
+            return result
+        raise LostRaceError(f"job {job_id} kept changing; cancel not recorded", field="id")
+
+    def record_timing(self, job: JobRecord, name: str, at: float) -> None:
+        column = _STAMPABLE.get(name)
+        if column is None:
+            raise RequestValidationError(
+                f"timing {name!r} cannot be stamped; use one of {sorted(_STAMPABLE)}", field="name"
+            )
+
+        def write(conn: sa.Connection) -> None:
+            conn.execute(
+                sa.update(jobs)
+                .where(jobs.c.id == job.id, jobs.c.retries == job.retries)
+                .values({column.name: at})
+            )
+
+        self._committer.run(write)
+
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        def read(conn: sa.Connection) -> list[AttemptRecord]:
+            rows = conn.execute(
+                sa.select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.retry)
+            ).all()
+            bound = self._bindings(conn, [r.id for r in rows])
+            return [
+                AttemptRecord(
+                    id=r.id,
+                    job_id=r.job_id,
+                    retry=r.retry,
+                    state=JobState(r.state),
+                    started_at=r.started_at,
+                    finished_at=r.finished_at,
+                    exit_code=r.exit_code,
+                    error_class=error_code(r.error_class),
+                    pods=tuple(bound.get(r.id, ())),
+                )
+                for r in rows
+            ]
+
+        found: list[AttemptRecord] = self._read(read)
+        return found
+
+    # ------------------------------------------------------------------ packages
+    def add_package(self, digest: str, size: int, *, caller: str, now: float) -> PackageRecord:
+        def write(conn: sa.Connection) -> PackageRecord:
+            row = conn.execute(sa.select(packages).where(packages.c.digest == digest)).first()
+            if row is None:
+                conn.execute(
+                    packages.insert().values(
+                        digest=digest, size=size, created_at=now, uploaded_by=caller
+                    )
+                )
+                return PackageRecord(digest, size, now, caller)
+            return PackageRecord(row.digest, row.size, row.created_at, row.uploaded_by)
+
+        record: PackageRecord = self._committer.run(write)
+        return record
+
+    def get_package(self, digest: str) -> PackageRecord | None:
+        def read(conn: sa.Connection) -> PackageRecord | None:
+            row = conn.execute(sa.select(packages).where(packages.c.digest == digest)).first()
+            if row is None:
+                return None
+            return PackageRecord(row.digest, row.size, row.created_at, row.uploaded_by)
+
+        found: PackageRecord | None = self._read(read)
+        return found
+
+    # ------------------------------------------------------------------ callers
+    def add_token(self, caller: str, token_hash: str, *, now: float) -> None:
+        def write(conn: sa.Connection) -> None:
+            known = conn.execute(sa.select(callers.c.name).where(callers.c.name == caller)).first()
+            if known is None:
+                conn.execute(callers.insert().values(name=caller, created_at=now))
+            conn.execute(
+                tokens.insert().values(
+                    token_hash=token_hash, caller=caller, created_at=now, revoked=False
+                )
+            )
+
+        self._committer.run(write)
+
+    def caller_for_token(self, token_hash: str) -> str | None:
+        query = sa.select(tokens.c.caller).where(
+            tokens.c.token_hash == token_hash, tokens.c.revoked == sa.false()
+        )
+        found: str | None = self._read(lambda conn: conn.execute(query).scalar())
+        return found
+
+    def revoke_token(self, token_hash: str) -> None:
+        def write(conn: sa.Connection) -> None:
+            conn.execute(
+                sa.update(tokens).where(tokens.c.token_hash == token_hash).values(revoked=True)
+            )
+
+        self._committer.run(write)

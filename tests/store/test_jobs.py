@@ -1,0 +1,241 @@
+"""The job lifecycle against every database: conditional transitions, attempts, bindings."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+import sqlalchemy as sa
+
+from firepool.model import (
+    AcquisitionPath,
+    ConflictError,
+    ErrorCode,
+    InvalidTransitionError,
+    JobSpec,
+    JobState,
+    LostRaceError,
+    NotFoundError,
+)
+from firepool.store import PodBinding, SqlJobStore, open_store
+from firepool.store.schema import attempts, jobs, pod_bindings
+from firepool.store.scratch import Scratch
+
+
+def spec(**overrides: object) -> JobSpec:
+    fields: dict[str, object] = {"pool": "cpu", "command": ["python", "main.py"]}
+    fields.update(overrides)
+    return JobSpec.model_validate(fields)
+
+
+def count(store: SqlJobStore, table: sa.Table) -> int:
+    with store.engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+
+
+WARM = PodBinding(0, "cpu-pod-1", AcquisitionPath.WARM, "same_session")
+
+
+def test_submit_round_trips_the_whole_spec(store: SqlJobStore) -> None:
+    big = "numpy==1.26\n" * 20_000  # ~240 KB: beyond MySQL's plain TEXT
+    asked = spec(env={"SEED": "7"}, requirements=big, lease_tag="s1", priority=5, pods=2)
+    submitted = store.submit("alice", asked, now=100.0)
+    assert submitted.created
+    job = store.get(submitted.job.id)
+    assert job is not None
+    assert job.spec == asked
+    assert (job.state, job.version, job.retries, job.caller) == (JobState.QUEUED, 1, 0, "alice")
+    assert job.timings["submitted"] == 100.0
+    assert store.get("no-such-job") is None
+
+
+def test_request_id_makes_submission_idempotent(store: SqlJobStore) -> None:
+    first = store.submit("alice", spec(request_id="r-1"), now=1.0)
+    again = store.submit("alice", spec(request_id="r-1"), now=2.0)
+    assert again.job.id == first.job.id and not again.created
+    other_caller = store.submit("bob", spec(request_id="r-1"), now=3.0)
+    assert other_caller.created and other_caller.job.id != first.job.id
+    with pytest.raises(ConflictError) as err:
+        store.submit("alice", spec(request_id="r-1", command=["other"]), now=4.0)
+    assert err.value.field == "request_id"
+    assert count(store, jobs) == 2
+
+
+def test_start_commits_running_with_attempt_and_bindings(store: SqlJobStore) -> None:
+    job = store.submit("alice", spec(pods=2), now=1.0).job
+    binds = [WARM, PodBinding(1, "cpu-pod-9", AcquisitionPath.NEW, "no_warm_capacity")]
+    running = store.start(job, binds, now=2.0)
+    assert running.state == JobState.RUNNING and running.version == job.version + 1
+    assert running.attempt == f"{job.id}:0"
+    stored = store.get(job.id)
+    assert stored == running
+    assert [(p.pod, p.acquisition, p.reason, p.pool) for p in stored.pods] == [
+        ("cpu-pod-1", AcquisitionPath.WARM, "same_session", "cpu"),
+        ("cpu-pod-9", AcquisitionPath.NEW, "no_warm_capacity", "cpu"),
+    ]
+    [attempt] = store.attempts(job.id)
+    assert attempt.id == f"{job.id}:0" and attempt.state == JobState.RUNNING
+    assert len(attempt.pods) == 2
+
+
+def test_a_stale_record_loses_the_race_and_writes_nothing(store: SqlJobStore) -> None:
+    job = store.submit("alice", spec(), now=1.0).job
+    store.start(job, [WARM], now=2.0)
+    with pytest.raises(LostRaceError):
+        store.start(job, [PodBinding(0, "other-pod", AcquisitionPath.NEW, "x")], now=3.0)
+    with pytest.raises(LostRaceError):
+        store.finish(job, JobState.FAILED, now=3.0)
+    assert count(store, attempts) == 1
+    assert count(store, pod_bindings) == 1
+    stored = store.get(job.id)
+    assert stored is not None and stored.pods == (replace(WARM, pool="cpu"),)
+
+
+def test_exactly_one_of_many_concurrent_starts_wins(store: SqlJobStore) -> None:
+    job = store.submit("alice", spec(), now=1.0).job
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def claim(i: int) -> None:
+        try:
+            store.start(job, [PodBinding(0, f"pod-{i}", AcquisitionPath.WARM, "r")], now=2.0)
+            result = "won"
+        except LostRaceError:
+            result = "lost"
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["lost"] * 7 + ["won"]
+    assert count(store, attempts) == 1 and count(store, pod_bindings) == 1
+
+
+def test_unknown_job_is_not_found(store: SqlJobStore) -> None:
+    job = store.submit("alice", spec(), now=1.0).job
+    ghost = replace(job, id="ghost")
+    with pytest.raises(NotFoundError):
+        store.start(ghost, [], now=2.0)
+    with pytest.raises(NotFoundError):
+        store.cancel("ghost", now=2.0)
+
+
+def test_illegal_transitions_are_refused_before_writing(store: SqlJobStore) -> None:
+    job = store.submit("alice", spec(), now=1.0).job
+    with pytest.raises(InvalidTransitionError):
+        store.finish(job, JobState.SUCCEEDED, now=2.0)
+    with pytest.raises(InvalidTransitionError):
+        store.finish(job, JobState.RUNNING, now=2.0)
+    with pytest.raises(InvalidTransitionError):
+        store.requeue(job, now=2.0)
+    done = store.finish(job, JobState.FAILED, now=2.0, error_class=ErrorCode.UNKNOWN_POOL)
+    with pytest.raises(InvalidTransitionError):
+        store.start(done, [], now=3.0)
+    stored = store.get(job.id)
+    assert stored is not None and stored.version == 2 and stored.state == JobState.FAILED
+
+
+def test_requeue_then_retry_gets_a_new_attempt_id(store: SqlJobStore) -> None:
+    job = store.submit("alice", spec(max_retries=2), now=1.0).job
+    first = store.start(job, [WARM], now=2.0)
+    queued = store.requeue(first, now=3.0, error_class=ErrorCode.POD_LOST)
+    assert queued.retries == 1 and queued.state == JobState.QUEUED and queued.pods == ()
+    assert store.get(job.id) == queued
+    second = store.start(
+        queued, [PodBinding(0, "p2", AcquisitionPath.NEW, "no_warm_capacity")], now=4.0
+    )
+    assert second.attempt == f"{job.id}:1"
+    done = store.finish(
+        second, JobState.FAILED, now=5.0, exit_code=137, error_class=ErrorCode.OOM, message="oom"
+    )
+    stored = store.get(job.id)
+    assert stored == done
+    assert (stored.exit_code, stored.error_class, stored.retries) == (137, ErrorCode.OOM, 1)
+    assert stored.pods[0].pod == "p2"
+    history = store.attempts(job.id)
+    assert [(a.id, a.state, a.error_class) for a in history] == [
+        (f"{job.id}:0", JobState.FAILED, ErrorCode.POD_LOST),
+        (f"{job.id}:1", JobState.FAILED, ErrorCode.OOM),
+    ]
+    assert history[1].exit_code == 137 and history[1].finished_at == 5.0
+
+
+def test_success_keeps_exit_code_and_timings(store: SqlJobStore) -> None:
+    job = store.submit("alice", spec(), now=1.0).job
+    running = store.start(job, [WARM], now=2.0)
+    store.record_timing(running, "started", 2.5)
+    store.record_timing(running, "first_instruction", 2.6)
+    store.finish(running, JobState.SUCCEEDED, now=9.0, exit_code=0)
+    stored = store.get(job.id)
+    assert stored is not None
+    assert stored.timings == {
+        "submitted": 1.0,
+        "assigned": 2.0,
+        "started": 2.5,
+        "first_instruction": 2.6,
+        "finished": 9.0,
+    }
+    assert stored.exit_code == 0 and stored.error_class is None
+
+
+def test_cancel_queued_running_and_finished(store: SqlJobStore) -> None:
+    queued = store.submit("alice", spec(), now=1.0).job
+    cancelled = store.cancel(queued.id, now=2.0)
+    assert cancelled.state == JobState.CANCELLED and cancelled.error_class == ErrorCode.CANCELLED
+    assert store.get(queued.id) == cancelled
+    assert store.cancel(queued.id, now=3.0) == cancelled  # idempotent
+
+    job = store.submit("alice", spec(), now=1.0).job
+    running = store.start(job, [WARM], now=2.0)
+    marked = store.cancel(job.id, now=3.0)
+    assert marked.state == JobState.RUNNING and marked.cancel_requested
+    assert marked.version == running.version + 1
+    assert store.cancel(job.id, now=4.0) == marked
+    with pytest.raises(LostRaceError):
+        store.finish(running, JobState.SUCCEEDED, now=5.0, exit_code=0)  # must re-read first
+    final = store.finish(marked, JobState.CANCELLED, now=5.0, error_class=ErrorCode.CANCELLED)
+    assert store.get(job.id) == final
+
+
+def test_list_filters_and_scopes_by_caller(store: SqlJobStore) -> None:
+    a1 = store.submit("alice", spec(), now=1.0).job
+    a2 = store.submit("alice", spec(pool="gpu", queue="eval"), now=2.0).job
+    b1 = store.submit("bob", spec(), now=3.0).job
+    store.start(a1, [WARM], now=4.0)
+    assert [j.id for j in store.list_jobs()] == [a1.id, a2.id, b1.id]
+    assert [j.id for j in store.list_jobs(caller="alice")] == [a1.id, a2.id]
+    assert [j.id for j in store.list_jobs(caller="alice", states=[JobState.QUEUED])] == [a2.id]
+    assert [j.id for j in store.list_jobs(states=[JobState.RUNNING])] == [a1.id]
+    assert store.list_jobs(states=[JobState.RUNNING])[0].pods[0].pod == "cpu-pod-1"
+    assert [j.id for j in store.list_jobs(pool="gpu")] == [a2.id]
+    assert [j.id for j in store.list_jobs(queue="default", caller="bob")] == [b1.id]
+    assert len(store.list_jobs(limit=2)) == 2
+
+
+def test_concurrent_submissions_are_all_durable(db: Scratch) -> None:
+    store = open_store(db.url, **db.engine_options)
+    ids: list[str] = []
+    lock = threading.Lock()
+
+    def submit_many(worker: int) -> None:
+        for i in range(25):
+            job = store.submit(f"c{worker % 3}", spec(request_id=f"{worker}-{i}"), now=1.0).job
+            with lock:
+                ids.append(job.id)
+
+    threads = [threading.Thread(target=submit_many, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    store.close()
+    reopened = open_store(db.url, **db.engine_options)
+    try:
+        assert sorted(j.id for j in reopened.list_jobs(limit=1000)) == sorted(ids)
+        assert len(set(ids)) == 200
+    finally:
+        reopened.close()

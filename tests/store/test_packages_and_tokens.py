@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from firepool.store import SqlJobStore
+from firepool.store.tokens import hash_token, new_token
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def test_packages_keep_their_first_record(store: SqlJobStore) -> None:
+    assert store.get_package(DIGEST) is None
+    first = store.add_package(DIGEST, 123, caller="alice", now=1.0)
+    again = store.add_package(DIGEST, 123, caller="bob", now=2.0)
+    assert again == first
+    assert store.get_package(DIGEST) == first
+    assert (first.size, first.uploaded_by) == (123, "alice")
+
+
+def test_tokens_are_stored_hashed_and_revocable(store: SqlJobStore) -> None:
+    token = new_token()
+    digest = hash_token(token)
+    store.add_token("alice", digest, now=1.0)
+    store.add_token("alice", hash_token(new_token()), now=2.0)  # a second token, same caller
+    assert store.caller_for_token(digest) == "alice"
+    assert store.caller_for_token(token) is None  # the clear token is never a key
+    store.revoke_token(digest)
+    assert store.caller_for_token(digest) is None

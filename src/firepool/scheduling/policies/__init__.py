@@ -1,0 +1,1 @@
+"""The round policies: OAK and its baselines behind one `RoundPolicy` interface."""

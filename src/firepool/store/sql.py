@@ -8,6 +8,7 @@ conditional UPDATE, and a lost race is detected by its row count with nothing ye
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 from collections.abc import Collection, Sequence
@@ -29,7 +30,7 @@ from firepool.model import (
     RequestValidationError,
     attempt_id,
 )
-from firepool.store.committer import Committer
+from firepool.store.committer import Committer, Tx
 from firepool.store.records import (
     AttemptRecord,
     JobRecord,
@@ -44,6 +45,22 @@ from firepool.store.schema import attempts, callers, jobs, packages, pod_binding
 #: Timings a driver may stamp after the durable start (the others are set by transitions).
 _STAMPABLE = {"started": jobs.c.started_at, "first_instruction": jobs.c.first_instruction_at}
 _CANCEL_TRIES = 16
+
+
+@functools.cache
+def _cas_statement(columns: tuple[str, ...]) -> sa.Update:
+    """One prepared conditional UPDATE per set of columns: building SQLAlchemy statements per
+    call costs more than executing them, so the hot path only binds parameters."""
+    return (
+        sa.update(jobs)
+        .where(jobs.c.id == sa.bindparam("w_id"), jobs.c.version == sa.bindparam("w_version"))
+        .values({name: sa.bindparam(f"v_{name}") for name in ("version", *columns)})
+    )
+
+
+_BY_REQUEST = sa.select(jobs).where(
+    jobs.c.caller == sa.bindparam("caller"), jobs.c.request_id == sa.bindparam("request_id")
+)
 
 
 def new_job_id() -> str:
@@ -97,11 +114,9 @@ class SqlJobStore:
 
     def _cas(self, conn: sa.Connection, job: JobRecord, **values: Any) -> None:
         """The conditional UPDATE every transition starts with."""
-        result = conn.execute(
-            sa.update(jobs)
-            .where(jobs.c.id == job.id, jobs.c.version == job.version)
-            .values(version=job.version + 1, **values)
-        )
+        params = {f"v_{name}": value for name, value in values.items()}
+        params.update(w_id=job.id, w_version=job.version, v_version=job.version + 1)
+        result = conn.execute(_cas_statement(tuple(sorted(values))), params)
         if result.rowcount != 1:
             raise self._lost(conn, job)
 
@@ -151,12 +166,11 @@ class SqlJobStore:
             "submitted_at": now,
         }
 
-        def write(conn: sa.Connection) -> Submitted:
+        def write(tx: Tx) -> Submitted:
+            conn = tx.conn
             if spec.request_id is not None:
                 row = conn.execute(
-                    sa.select(jobs).where(
-                        jobs.c.caller == caller, jobs.c.request_id == spec.request_id
-                    )
+                    _BY_REQUEST, {"caller": caller, "request_id": spec.request_id}
                 ).first()
                 if row is not None:
                     if row.spec_hash != digest:
@@ -166,7 +180,7 @@ class SqlJobStore:
                             field="request_id",
                         )
                     return Submitted(self._jobs_from_rows(conn, [row])[0], created=False)
-            conn.execute(jobs.insert().values(**values))
+            conn.execute(jobs.insert(), values)
             return Submitted(job, created=True)
 
         result: Submitted = self._committer.run(write)
@@ -221,7 +235,8 @@ class SqlJobStore:
             for b in bindings
         ]
 
-        def write(conn: sa.Connection) -> None:
+        def write(tx: Tx) -> None:
+            conn = tx.conn
             self._cas(
                 conn,
                 job,
@@ -230,17 +245,15 @@ class SqlJobStore:
                 started_at=None,
                 first_instruction_at=None,
             )
-            conn.execute(
-                attempts.insert().values(
-                    id=attempt,
-                    job_id=job.id,
-                    retry=job.retries,
-                    state=JobState.RUNNING.value,
-                    started_at=now,
-                )
-            )
-            if rows:
-                conn.execute(pod_bindings.insert(), rows)
+            attempt_row = {
+                "id": attempt,
+                "job_id": job.id,
+                "retry": job.retries,
+                "state": JobState.RUNNING.value,
+                "started_at": now,
+            }
+            tx.defer(attempts, [attempt_row])
+            tx.defer(pod_bindings, rows)
 
         self._committer.run(write)
         stamps = timings(job.timings, assigned=now, started=None, first_instruction=None)
@@ -265,7 +278,8 @@ class SqlJobStore:
         error = error_class.value if error_class is not None else None
         had_attempt = job.state == JobState.RUNNING
 
-        def write(conn: sa.Connection) -> None:
+        def write(tx: Tx) -> None:
+            conn = tx.conn
             self._cas(
                 conn,
                 job,
@@ -305,7 +319,8 @@ class SqlJobStore:
             )
         error = error_class.value if error_class is not None else None
 
-        def write(conn: sa.Connection) -> None:
+        def write(tx: Tx) -> None:
+            conn = tx.conn
             self._cas(
                 conn,
                 job,
@@ -332,7 +347,8 @@ class SqlJobStore:
         )
 
     def cancel(self, job_id: str, *, now: float) -> JobRecord:
-        def write(conn: sa.Connection) -> JobRecord:
+        def write(tx: Tx) -> JobRecord:
+            conn = tx.conn
             row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
             if row is None:
                 raise NotFoundError(f"job {job_id} not found", field="id")
@@ -374,7 +390,8 @@ class SqlJobStore:
                 f"timing {name!r} cannot be stamped; use one of {sorted(_STAMPABLE)}", field="name"
             )
 
-        def write(conn: sa.Connection) -> None:
+        def write(tx: Tx) -> None:
+            conn = tx.conn
             conn.execute(
                 sa.update(jobs)
                 .where(jobs.c.id == job.id, jobs.c.retries == job.retries)
@@ -409,7 +426,8 @@ class SqlJobStore:
 
     # ------------------------------------------------------------------ packages
     def add_package(self, digest: str, size: int, *, caller: str, now: float) -> PackageRecord:
-        def write(conn: sa.Connection) -> PackageRecord:
+        def write(tx: Tx) -> PackageRecord:
+            conn = tx.conn
             row = conn.execute(sa.select(packages).where(packages.c.digest == digest)).first()
             if row is None:
                 conn.execute(
@@ -435,7 +453,8 @@ class SqlJobStore:
 
     # ------------------------------------------------------------------ callers
     def add_token(self, caller: str, token_hash: str, *, now: float) -> None:
-        def write(conn: sa.Connection) -> None:
+        def write(tx: Tx) -> None:
+            conn = tx.conn
             known = conn.execute(sa.select(callers.c.name).where(callers.c.name == caller)).first()
             if known is None:
                 conn.execute(callers.insert().values(name=caller, created_at=now))
@@ -455,7 +474,8 @@ class SqlJobStore:
         return found
 
     def revoke_token(self, token_hash: str) -> None:
-        def write(conn: sa.Connection) -> None:
+        def write(tx: Tx) -> None:
+            conn = tx.conn
             conn.execute(
                 sa.update(tokens).where(tokens.c.token_hash == token_hash).values(revoked=True)
             )

@@ -25,11 +25,15 @@ def available() -> list[str]:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in {"-h", "--help"}:
-        print("usage: python -m firepool.bench NAME [options]\nbenchmarks: " + ", ".join(available()))
+        print(
+            "usage: python -m firepool.bench NAME [options]\nbenchmarks: " + ", ".join(available())
+        )
         return 0 if argv else 2
     name = argv[0]
     if name not in available():
-        print(f"unknown benchmark {name!r}; choose one of: {', '.join(available())}", file=sys.stderr)
+        print(
+            f"unknown benchmark {name!r}; choose one of: {', '.join(available())}", file=sys.stderr
+        )
         return 2
     module = importlib.import_module(f"firepool.bench.{name.replace('-', '_')}")
     result: int = module.main(argv[1:])

@@ -31,7 +31,11 @@ def median(values: Sequence[float]) -> float:
 
 
 def machine() -> dict[str, object]:
-    return {"cpus": os.cpu_count(), "python": platform.python_version(), "machine": platform.machine()}
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
 
 
 def print_table(title: str, rows: Sequence[tuple[str, str, str]]) -> None:

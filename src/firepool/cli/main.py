@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="firepool: warm GPU and CPU capacity broker.")
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="firepool: warm GPU and CPU capacity broker."
+)
 
 
 @app.command()

@@ -1,0 +1,1013 @@
+"""The pod tracker: every pod indexed by pool, owner session, job and physical GPU, behind
+one lock.
+
+A claim finds eligible pods in placement order, validates each transition, checks per-caller
+limits and records the lease in one critical section, so no two dispatch workers can take the
+same pod or overrun a quota. Several invariants span pools (per-caller GPU limits, budgets,
+standby exclusivity), which is why there is one lock rather than one per pool; it is held for
+microseconds, far less than the durable commit that follows a claim.
+
+Placement order inside a pool (broker paper, section 5 and appendix A.3):
+1. the caller's own held pod with the same queue and lease tag (`warm`);
+2. the caller's own held pod across a tag or queue boundary, which runs this one job and then
+   retires (`recycled`); when the pool treats tags as hints, the same queue under another tag
+   is still `warm` and does not retire;
+3. a never-used, unheld idle pod (`warm`, or `new` when it was created after the job queued);
+4. a standby on a GPU, promoted through the per-GPU gate (`standby`);
+5. nothing: the job waits and the scaler sees it as demand.
+A used pod is never handed to another caller.
+
+No I/O and no clock: every method takes `now`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections.abc import Callable, Collection, Iterable
+from contextlib import AbstractContextManager
+
+from firepool.control.records import (
+    ClaimRequest,
+    Group,
+    Lease,
+    LeasedPod,
+    Pod,
+    PodSnapshot,
+    Promotion,
+    ReleaseResult,
+    Retired,
+    RetireReason,
+    Wait,
+    WaitReason,
+)
+from firepool.model import (
+    AcquisitionPath,
+    AcquisitionReason,
+    ConflictError,
+    InvalidTransitionError,
+    LeaseTagMode,
+    NotFoundError,
+    PodRole,
+    PodState,
+    PoolSpec,
+    UnknownPoolError,
+)
+
+# Enum members bound once: attribute lookups on an Enum class cost ~0.1 µs each, which the
+# claim path cannot afford several times over.
+_P_CUSTOM_IMAGE = AcquisitionPath.CUSTOM_IMAGE
+_P_NEW = AcquisitionPath.NEW
+_P_RECYCLED = AcquisitionPath.RECYCLED
+_P_STANDBY = AcquisitionPath.STANDBY
+_P_WARM = AcquisitionPath.WARM
+_ROLE_ACTIVE = PodRole.ACTIVE
+_ROLE_STANDBY = PodRole.STANDBY
+_RR_CUSTOM_IMAGE = RetireReason.CUSTOM_IMAGE
+_RR_HOLD_EXPIRED = RetireReason.HOLD_EXPIRED
+_RR_SESSION_BOUNDARY = RetireReason.SESSION_BOUNDARY
+_RR_SINGLE_USE = RetireReason.SINGLE_USE
+_RR_STALE_TEMPLATE = RetireReason.STALE_TEMPLATE
+_RR_UNCLEAN_RESET = RetireReason.UNCLEAN_RESET
+_R_CUSTOM_IMAGE = AcquisitionReason.CUSTOM_IMAGE
+_R_NEW_SESSION = AcquisitionReason.NEW_SESSION
+_R_NO_IDLE_POD = AcquisitionReason.NO_IDLE_POD
+_R_NO_OWN_POD = AcquisitionReason.NO_OWN_POD
+_R_NO_WARM_CAPACITY = AcquisitionReason.NO_WARM_CAPACITY
+_R_QUEUE_SWITCH = AcquisitionReason.QUEUE_SWITCH
+_R_SAME_SESSION = AcquisitionReason.SAME_SESSION
+_R_SINGLE_USE = AcquisitionReason.SINGLE_USE
+_R_TAG_HINT = AcquisitionReason.TAG_HINT
+_S_ASSIGNED = PodState.ASSIGNED
+_S_HELD = PodState.HELD
+_S_IDLE = PodState.IDLE
+_S_RETIRING = PodState.RETIRING
+_S_RUNNING = PodState.RUNNING
+_S_STALE = PodState.STALE
+_S_STARTING = PodState.STARTING
+_W_CALLER_GPU_LIMIT = WaitReason.CALLER_GPU_LIMIT
+_W_CALLER_POD_LIMIT = WaitReason.CALLER_POD_LIMIT
+_W_NO_CAPACITY = WaitReason.NO_CAPACITY
+
+#: Legal pod transitions; anything else raises InvalidTransitionError.
+POD_TRANSITIONS: dict[PodState, frozenset[PodState]] = {
+    _S_STARTING: frozenset({_S_IDLE, _S_RETIRING}),
+    _S_IDLE: frozenset({_S_ASSIGNED, _S_RETIRING, _S_STALE}),
+    _S_HELD: frozenset({_S_ASSIGNED, _S_RETIRING, _S_STALE}),
+    _S_ASSIGNED: frozenset({_S_RUNNING, _S_IDLE, _S_HELD, _S_RETIRING}),
+    _S_RUNNING: frozenset({_S_HELD, _S_RETIRING}),
+    _S_STALE: frozenset({_S_RETIRING}),
+    _S_RETIRING: frozenset(),
+}
+
+SessionKey = tuple[str, str, str, str | None]  # caller, queue, tag, custom image
+DedicatedKey = tuple[bool, str | None]  # single_use, custom image
+
+
+class _PoolIndex:
+    """Per-pool buckets. Insertion-ordered dicts serve as ordered sets (O(1) add/remove)."""
+
+    __slots__ = (
+        "dedicated_idle",
+        "fresh",
+        "gpu",
+        "held_by_caller",
+        "held_by_session",
+        "leased_by_caller",
+        "limited",
+        "pods",
+        "spec",
+        "standby",
+    )
+
+    def __init__(self, spec: PoolSpec) -> None:
+        self.spec = spec
+        self.gpu = spec.is_gpu
+        self.limited = False
+        self.pods: dict[str, None] = {}
+        self.fresh: dict[str, None] = {}
+        self.standby: dict[str, None] = {}
+        self.held_by_session: dict[SessionKey, dict[str, None]] = {}
+        self.held_by_caller: dict[str, dict[str, None]] = {}
+        self.dedicated_idle: dict[DedicatedKey, dict[str, None]] = {}
+        self.leased_by_caller: dict[str, int] = {}
+
+    def configure(self, spec: PoolSpec, tracker_gpu_limit: int | None) -> None:
+        """Cache what the claim path reads on every call."""
+        self.spec = spec
+        self.gpu = spec.is_gpu
+        self.limited = (
+            spec.max_pods_per_caller is not None
+            or spec.max_gpus_per_caller is not None
+            or (spec.is_gpu and tracker_gpu_limit is not None)
+        )
+
+
+Candidate = tuple[Pod, AcquisitionPath, AcquisitionReason]
+
+
+class Tracker:
+    """In-memory index of every pod; the single place where pods change hands.
+
+    `lock` is injectable so a benchmark can time how long it is held; it must be a plain
+    (non-reentrant) lock-like context manager.
+    """
+
+    def __init__(
+        self,
+        pools: Iterable[PoolSpec] = (),
+        *,
+        max_gpus_per_caller: int | None = None,
+        lock: AbstractContextManager[object] | None = None,
+    ) -> None:
+        self._lock: AbstractContextManager[object] = lock if lock is not None else threading.Lock()
+        self._pods: dict[str, Pod] = {}
+        self._pools: dict[str, _PoolIndex] = {}
+        self._groups: dict[str, Group] = {}
+        self._jobs: dict[str, tuple[str, ...]] = {}
+        self._job_session: dict[str, tuple[str, str, str]] = {}  # caller, queue, tag
+        self._caller_gpus: dict[str, int] = {}
+        self._holds: list[tuple[float, str]] = []
+        self.max_gpus_per_caller = max_gpus_per_caller  # across all pools
+        for spec in pools:
+            self._pools[spec.name] = _PoolIndex(spec)
+            self._pools[spec.name].configure(spec, max_gpus_per_caller)
+
+    # ------------------------------------------------------------------ pools
+
+    def set_pool(self, spec: PoolSpec) -> list[str]:
+        """Add or update a pool. A new template version marks every old pod stale: idle and
+        held ones at once (returned, for the scaler to drain), busy ones when they finish."""
+        with self._lock:
+            index = self._pools.get(spec.name)
+            if index is None:
+                index = self._pools[spec.name] = _PoolIndex(spec)
+                index.configure(spec, self.max_gpus_per_caller)
+                return []
+            old_template = index.spec.template_version
+            index.configure(spec, self.max_gpus_per_caller)
+            if spec.template_version == old_template:
+                return []
+            stale: list[str] = []
+            for name in list(index.pods):
+                pod = self._pods[name]
+                if pod.template == spec.template_version:
+                    continue
+                if pod.state in (_S_IDLE, _S_HELD):
+                    self._unindex_available(index, pod)
+                    self._set_state(pod, _S_STALE)
+                    stale.append(name)
+                elif pod.state in (_S_ASSIGNED, _S_RUNNING):
+                    pod.retire_after = _RR_STALE_TEMPLATE
+            return stale
+
+    def pool_spec(self, pool: str) -> PoolSpec:
+        return self._pool(pool).spec
+
+    def pools(self) -> list[PoolSpec]:
+        return [index.spec for index in self._pools.values()]
+
+    # ------------------------------------------------------------------ pod lifecycle
+
+    def add_pod(
+        self,
+        name: str,
+        pool: str,
+        now: float,
+        *,
+        role: PodRole = _ROLE_ACTIVE,
+        group: str | None = None,
+        single_use: bool = False,
+        image: str | None = None,
+    ) -> Pod:
+        """Track a pod the backend is creating (state `starting`).
+
+        GPU pods name their physical GPU group (the device UUID, or whatever opaque id the
+        backend pins standbys to); a standby must join an existing group.
+        """
+        with self._lock:
+            index = self._pool(pool)
+            if name in self._pods:
+                raise ConflictError(f"pod {name} is already tracked", field="name")
+            if index.spec.is_gpu:
+                if group is None:
+                    raise InvalidTransitionError(f"GPU pod {name} needs a group", field="group")
+                existing = self._groups.get(group)
+                if role is _ROLE_STANDBY:
+                    if existing is None or existing.pool != pool:
+                        raise InvalidTransitionError(
+                            f"standby {name} names unknown group {group}", field="group"
+                        )
+                    if single_use or image is not None:
+                        raise InvalidTransitionError("standbys serve the shared pool only")
+                elif existing is not None and any(
+                    self._pods[p].role is _ROLE_ACTIVE for p in existing.pods
+                ):
+                    raise ConflictError(f"group {group} already has an active pod", field="group")
+            elif role is _ROLE_STANDBY or group is not None:
+                raise InvalidTransitionError(f"CPU pod {name} cannot be a standby or join a group")
+            pod = Pod(
+                name,
+                pool,
+                role=role,
+                group=group,
+                created_at=now,
+                template=index.spec.template_version,
+                single_use=single_use,
+                image=image,
+            )
+            self._pods[name] = pod
+            index.pods[name] = None
+            if group is not None:
+                grp = self._groups.get(group)
+                if grp is None:
+                    grp = self._groups[group] = Group(group, pool)
+                grp.pods.add(name)
+            return pod
+
+    def pod_ready(self, name: str, now: float) -> None:
+        """The pod's agent answers: it becomes never-used idle supply."""
+        with self._lock:
+            pod = self._pod(name)
+            self._set_state(pod, _S_IDLE)
+            pod.idle_since = now
+            index = self._pools[pod.pool]
+            if pod.template != index.spec.template_version:
+                self._set_state(pod, _S_STALE)
+                return
+            self._index_fresh(index, pod)
+
+    def retire(self, name: str, reason: RetireReason) -> bool:
+        """Mark an unleased pod for deletion (scale-down, broken hold, failed start, stale).
+
+        Returns False, changing nothing, when the pod is leased meanwhile: the scaler's plan was
+        computed from a snapshot, and a claim may have won the race.
+        """
+        with self._lock:
+            pod = self._pods.get(name)
+            if pod is None or pod.state in (_S_ASSIGNED, _S_RUNNING, _S_RETIRING):
+                return False
+            self._unindex_available(self._pools[pod.pool], pod)
+            self._set_state(pod, _S_RETIRING)
+            pod.retire_after = reason
+            return True
+
+    def pod_deleted(self, name: str) -> tuple[str | None, list[Promotion]]:
+        """The backend confirmed the pod is gone.
+
+        Returns the group whose last pod this was (its budget reservation can be released) and
+        any promotion this unblocks: a pod deleted while holding its GPU's gate (an unclean
+        reset) hands the gate on only now, when its processes are surely gone.
+        """
+        with self._lock:
+            pod = self._pods.get(name)
+            if pod is None:
+                return None, []
+            if pod.state in (_S_ASSIGNED, _S_RUNNING):
+                raise InvalidTransitionError(
+                    f"pod {name} is leased to {pod.job}; release it before deleting", field="name"
+                )
+            index = self._pools[pod.pool]
+            self._unindex_available(index, pod)
+            del self._pods[name]
+            del index.pods[name]
+            promoted: list[Promotion] = []
+            freed: str | None = None
+            if pod.group is not None:
+                grp = self._groups[pod.group]
+                grp.pods.discard(name)
+                if grp.waiting == name:
+                    grp.waiting = None
+                if grp.gate == name:
+                    grp.gate = None
+                    promoted = self._pass_gate(grp)
+                if not grp.pods:
+                    del self._groups[pod.group]
+                    freed = pod.group
+            else:
+                freed = name
+            return freed, promoted
+
+    # ------------------------------------------------------------------ claim
+
+    def claim(self, req: ClaimRequest, now: float) -> Lease | Wait:
+        """Take the job's whole pod set in placement order, or nothing (and say why).
+
+        Only the index update happens under the lock; the Lease value is built after it.
+        """
+        with self._lock:
+            index = self._pools.get(req.pool)
+            if (
+                index is None
+                or req.pods != 1
+                or index.gpu
+                or index.limited
+                or req.single_use
+                or req.image is not None
+                or req.job in self._jobs
+            ):
+                outcome = self._claim_locked(req, now)
+            else:
+                one = self._claim_one_cpu(index, req, now)
+                if one is not None:
+                    pod, path, reason = one
+                    return Lease(
+                        req.job, req.caller, req.pool, (LeasedPod(pod.name, path, reason, False),)
+                    )
+                outcome = self._claim_locked(req, now)
+        if isinstance(outcome, WaitReason):
+            return Wait(req.job, outcome)
+        return Lease(
+            req.job,
+            req.caller,
+            req.pool,
+            tuple(LeasedPod(pod.name, path, reason, pod.gated) for pod, path, reason in outcome),
+        )
+
+    def _claim_one_cpu(self, index: _PoolIndex, req: ClaimRequest, now: float) -> Candidate | None:
+        """The common case, inlined: one pod from a CPU pool with no per-caller limits, either
+        the caller's own pod of the same session or a never-used one. Anything else (a cross-
+        boundary pod, an expired hold, nothing free) returns None for the general path."""
+        caller = req.caller
+        pods = self._pods
+        held = index.held_by_session
+        key = (caller, req.queue, req.tag, None)
+        bucket = held.get(key)
+        if bucket:
+            name = next(reversed(bucket))
+            pod = pods[name]
+            if pod.hold_until <= now:
+                return None
+            del bucket[name]
+            if not bucket:
+                del held[key]
+            mine = index.held_by_caller[caller]
+            del mine[name]
+            if not mine:
+                del index.held_by_caller[caller]
+            candidate: Candidate = (pod, _P_WARM, _R_SAME_SESSION)
+        elif caller in index.held_by_caller or not index.fresh:
+            return None
+        else:
+            name = index.fresh.popitem()[0]
+            pod = pods[name]
+            if 0 < req.queued_at <= pod.created_at:
+                candidate = (pod, _P_NEW, _R_NO_WARM_CAPACITY)
+            else:
+                candidate = (pod, _P_WARM, _R_NO_OWN_POD)
+        # IDLE and HELD pods, the only ones in these buckets, may always become ASSIGNED.
+        pod.prev_state = pod.state
+        pod.state = _S_ASSIGNED
+        job = req.job
+        pod.job = job
+        self._jobs[job] = (name,)
+        self._job_session[job] = (caller, req.queue, req.tag)
+        leased = index.leased_by_caller
+        leased[caller] = leased.get(caller, 0) + 1
+        return candidate
+
+    def _claim_locked(self, req: ClaimRequest, now: float) -> list[Candidate] | WaitReason:
+        index = self._pools.get(req.pool)
+        if index is None:
+            raise UnknownPoolError(f"unknown pool {req.pool!r}", field="pool")
+        if req.job in self._jobs:
+            raise ConflictError(f"job {req.job} already holds a lease", field="job")
+        n = req.pods
+        caller = req.caller
+        if index.limited:
+            refused = self._caller_limit(index, caller, n)
+            if refused is not None:
+                return refused
+        if req.single_use or req.image is not None:
+            if req.image is not None and req.image_pinned and not req.single_use:
+                chosen = self._select_pinned_image(index, req, n, now)
+            else:
+                chosen = self._select_dedicated(index, req, n)
+        elif index.gpu:
+            chosen = self._select_gpu(index, req, n, now)
+        else:
+            chosen = self._select_cpu(index, req, n, now)
+        if chosen is None:
+            return _W_NO_CAPACITY
+        self._commit_claim(index, req, chosen)
+        return chosen
+
+    def _caller_limit(self, index: _PoolIndex, caller: str, n: int) -> WaitReason | None:
+        spec = index.spec
+        leased = index.leased_by_caller.get(caller, 0)
+        limit = spec.max_pods_per_caller
+        if limit is not None and leased + n > limit:
+            return _W_CALLER_POD_LIMIT
+        per_pod = spec.accelerators_per_pod
+        limit = spec.max_gpus_per_caller
+        if limit is not None and (leased + n) * per_pod > limit:
+            return _W_CALLER_GPU_LIMIT
+        limit = self.max_gpus_per_caller
+        if per_pod and limit is not None and self._caller_gpus.get(caller, 0) + n * per_pod > limit:
+            return _W_CALLER_GPU_LIMIT
+        return None
+
+    def _select_cpu(
+        self, index: _PoolIndex, req: ClaimRequest, n: int, now: float
+    ) -> list[Candidate] | None:
+        """CPU pools have no gate: the fast path."""
+        pods = self._pods
+        chosen: list[Candidate] = []
+        bucket = index.held_by_session.get((req.caller, req.queue, req.tag, None))
+        if bucket:
+            for name in reversed(bucket):
+                pod = pods[name]
+                if pod.hold_until <= now:
+                    break  # newest hold expired, so every older one has too
+                chosen.append((pod, _P_WARM, _R_SAME_SESSION))
+                if len(chosen) == n:
+                    return chosen
+        self._add_cross_boundary(index, req, n, now, chosen, None)
+        if len(chosen) == n:
+            return chosen
+        queued_at = req.queued_at
+        for name in reversed(index.fresh):
+            pod = pods[name]
+            if 0 < queued_at <= pod.created_at:
+                chosen.append((pod, _P_NEW, _R_NO_WARM_CAPACITY))
+            else:
+                chosen.append((pod, _P_WARM, _R_NO_OWN_POD))
+            if len(chosen) == n:
+                return chosen
+        return None
+
+    def _select_gpu(
+        self, index: _PoolIndex, req: ClaimRequest, n: int, now: float
+    ) -> list[Candidate] | None:
+        """GPU pools: distinct physical GPUs, each with no other claim in flight."""
+        pods = self._pods
+        groups = self._groups
+        chosen: list[Candidate] = []
+        taken: set[str] = set()
+
+        def free(pod: Pod) -> bool:
+            grp = groups[pod.group]  # type: ignore[index]
+            if pod.group in taken or grp.waiting is not None:
+                return False
+            return grp.gate is None or grp.gate == pod.name
+
+        bucket = index.held_by_session.get((req.caller, req.queue, req.tag, None))
+        if bucket:
+            for name in reversed(bucket):
+                pod = pods[name]
+                if pod.hold_until <= now:
+                    break
+                if free(pod):
+                    chosen.append((pod, _P_WARM, _R_SAME_SESSION))
+                    taken.add(pod.group)  # type: ignore[arg-type]
+                    if len(chosen) == n:
+                        return chosen
+        self._add_cross_boundary(index, req, n, now, chosen, (free, taken))
+        if len(chosen) == n:
+            return chosen
+        for name in reversed(index.fresh):
+            pod = pods[name]
+            if free(pod):
+                chosen.append(self._fresh_candidate(pod, req))
+                taken.add(pod.group)  # type: ignore[arg-type]
+                if len(chosen) == n:
+                    return chosen
+        # Standbys: a GPU whose gate is open first (immediate promotion), then busy ones.
+        busy: list[Pod] = []
+        for name in index.standby:
+            pod = pods[name]
+            grp = groups[pod.group]  # type: ignore[index]
+            if pod.group in taken or grp.waiting is not None:
+                continue
+            if grp.gate is None:
+                chosen.append((pod, _P_STANDBY, _R_NO_IDLE_POD))
+                taken.add(grp.name)
+                if len(chosen) == n:
+                    return chosen
+            else:
+                busy.append(pod)
+        for pod in busy:
+            if pod.group in taken:
+                continue
+            chosen.append((pod, _P_STANDBY, _R_NO_IDLE_POD))
+            taken.add(pod.group)  # type: ignore[arg-type]
+            if len(chosen) == n:
+                return chosen
+        return None
+
+    def _add_cross_boundary(
+        self,
+        index: _PoolIndex,
+        req: ClaimRequest,
+        n: int,
+        now: float,
+        chosen: list[Candidate],
+        gpu: tuple[Callable[[Pod], bool], set[str]] | None,
+    ) -> None:
+        """The caller's own held pods under another tag or queue: `recycled` (they retire after
+        this job), or `warm` when the pool treats the tag as a hint and the queue matches."""
+        mine = index.held_by_caller.get(req.caller)
+        if not mine or len(mine) == len(chosen):
+            return
+        hint = index.spec.lease_tag_mode is LeaseTagMode.HINT
+        later: list[Candidate] = []
+        pods = self._pods
+        for name in reversed(mine):
+            pod = pods[name]
+            if pod.image is not None or pod.hold_until <= now:
+                continue
+            if pod.queue == req.queue and pod.tag == req.tag:
+                continue  # same session: considered (and refused) already
+            if gpu is not None and not gpu[0](pod):
+                continue
+            if pod.queue == req.queue:
+                if hint:
+                    candidate = (pod, _P_WARM, _R_TAG_HINT)
+                else:
+                    candidate = (pod, _P_RECYCLED, _R_NEW_SESSION)
+            else:
+                candidate = (pod, _P_RECYCLED, _R_QUEUE_SWITCH)
+            if candidate[1] is _P_WARM:
+                chosen.append(candidate)
+            else:
+                later.append(candidate)
+            if gpu is not None:
+                gpu[1].add(pod.group)  # type: ignore[arg-type]
+            if len(chosen) + len(later) >= n:
+                break
+        chosen.extend(later[: n - len(chosen)])
+
+    @staticmethod
+    def _fresh_candidate(pod: Pod, req: ClaimRequest) -> Candidate:
+        if 0 < req.queued_at <= pod.created_at:
+            return (pod, _P_NEW, _R_NO_WARM_CAPACITY)
+        return (pod, _P_WARM, _R_NO_OWN_POD)
+
+    def _select_dedicated(
+        self, index: _PoolIndex, req: ClaimRequest, n: int
+    ) -> list[Candidate] | None:
+        """Single-use and mutable custom-image jobs run only on pods created for their kind."""
+        bucket = index.dedicated_idle.get((req.single_use, req.image))
+        if not bucket or len(bucket) < n:
+            return None
+        if req.image is not None:
+            path, reason = _P_CUSTOM_IMAGE, _R_CUSTOM_IMAGE
+        else:
+            path, reason = _P_NEW, _R_SINGLE_USE
+        names = list(bucket)[:n]
+        return [(self._pods[name], path, reason) for name in names]
+
+    def _select_pinned_image(
+        self, index: _PoolIndex, req: ClaimRequest, n: int, now: float
+    ) -> list[Candidate] | None:
+        """A digest-pinned custom image is reused only within the exact session that used it."""
+        chosen: list[Candidate] = []
+        taken: set[str] = set()
+        bucket = index.held_by_session.get((req.caller, req.queue, req.tag, req.image))
+        for name in reversed(bucket or {}):
+            pod = self._pods[name]
+            if pod.hold_until <= now:
+                break
+            if pod.group is not None:
+                grp = self._groups[pod.group]
+                if grp.busy and grp.gate != pod.name:
+                    continue
+                taken.add(pod.group)
+            chosen.append((pod, _P_CUSTOM_IMAGE, _R_SAME_SESSION))
+            if len(chosen) == n:
+                return chosen
+        fresh = index.dedicated_idle.get((False, req.image))
+        for name in fresh or {}:
+            pod = self._pods[name]
+            if pod.group is not None and pod.group in taken:
+                continue
+            chosen.append((pod, _P_CUSTOM_IMAGE, _R_CUSTOM_IMAGE))
+            if len(chosen) == n:
+                return chosen
+        return None
+
+    def _commit_claim(self, index: _PoolIndex, req: ClaimRequest, chosen: list[Candidate]) -> None:
+        job = req.job
+        assigned = _S_ASSIGNED
+        for pod, path, _reason in chosen:
+            self._unindex_available(index, pod)
+            pod.prev_state = pod.state
+            if assigned not in POD_TRANSITIONS[pod.state]:
+                raise InvalidTransitionError(f"pod {pod.name}: {pod.state} cannot be claimed")
+            pod.state = assigned
+            pod.job = job
+            if path is _P_RECYCLED:
+                pod.retire_after = _RR_SESSION_BOUNDARY
+            if pod.group is not None:
+                grp = self._groups[pod.group]
+                if grp.gate is None or grp.gate == pod.name:
+                    grp.gate = pod.name
+                    self._make_active(grp, pod)
+                else:
+                    grp.waiting = pod.name
+                    pod.gated = True
+        n = len(chosen)
+        self._jobs[job] = tuple([c[0].name for c in chosen]) if n > 1 else (chosen[0][0].name,)
+        self._job_session[job] = (req.caller, req.queue, req.tag)
+        leased = index.leased_by_caller
+        leased[req.caller] = leased.get(req.caller, 0) + n
+        if index.gpu:
+            gpus = n * index.spec.accelerators_per_pod
+            self._caller_gpus[req.caller] = self._caller_gpus.get(req.caller, 0) + gpus
+
+    # ------------------------------------------------------------------ after the claim
+
+    def unclaim(self, job: str) -> list[Promotion]:
+        """The durable commit failed: return every pod as it was before the claim. A pod that
+        took its GPU's gate gives it back, which may promote another job's waiting pod."""
+        with self._lock:
+            promoted: list[Promotion] = []
+            names = self._take_job(job)
+            del self._job_session[job]
+            for name in names:
+                pod = self._pods[name]
+                index = self._pools[pod.pool]
+                prev = pod.prev_state
+                pod.job = None
+                pod.prev_state = None
+                if pod.retire_after is _RR_SESSION_BOUNDARY:
+                    pod.retire_after = None
+                promoted.extend(self._leave_gate(pod))
+                pod.gated = False
+                if prev is _S_HELD:
+                    self._set_state(pod, _S_HELD)
+                    self._index_held(index, pod)
+                else:
+                    self._set_state(pod, _S_IDLE)
+                    self._index_fresh(index, pod)
+            return promoted
+
+    def mark_running(self, name: str) -> None:
+        """The attempt launched on this pod; only the gate holder may run."""
+        with self._lock:
+            pod = self._pod(name)
+            if pod.gated:
+                raise InvalidTransitionError(
+                    f"pod {name} waits for its GPU's gate and may not run yet", field="name"
+                )
+            self._set_state(pod, _S_RUNNING)
+
+    def release(self, job: str, now: float, unclean: Collection[str] = ()) -> ReleaseResult:
+        """The job's attempt is over and each pod's reset reported (`unclean` names the pods
+        whose reset could not be confirmed). Apply holds and retirements; pass GPU gates on."""
+        with self._lock:
+            names = self._take_job(job)
+            caller, queue, tag = self._job_session.pop(job)
+            result = ReleaseResult()
+            for name in names:
+                pod = self._pods[name]
+                index = self._pools[pod.pool]
+                spec = index.spec
+                pod.job = None
+                pod.prev_state = None
+                pod.gated = False
+                pod.used = True
+                pod.owner, pod.queue, pod.tag = caller, queue, tag
+                reason = pod.retire_after
+                if name in unclean:
+                    reason = _RR_UNCLEAN_RESET
+                elif reason is None:
+                    if pod.single_use:
+                        reason = _RR_SINGLE_USE
+                    elif pod.image is not None and not self._pinned(pod):
+                        reason = _RR_CUSTOM_IMAGE
+                    elif pod.template != spec.template_version:
+                        reason = _RR_STALE_TEMPLATE
+                    elif spec.hold_seconds <= 0:
+                        reason = _RR_HOLD_EXPIRED
+                if reason is not None:
+                    self._set_state(pod, _S_RETIRING)
+                    pod.retire_after = reason
+                    result.retired.append(Retired(name, reason))
+                    if reason is not _RR_UNCLEAN_RESET or not self._holds_gate(pod):
+                        result.promoted.extend(self._leave_gate(pod))
+                    # else: its processes may survive, so the gate passes on only at deletion.
+                    continue
+                self._set_state(pod, _S_HELD)
+                pod.hold_until = now + spec.hold_seconds
+                pod.idle_since = now
+                self._index_held(index, pod)
+                heapq.heappush(self._holds, (pod.hold_until, name))
+                result.held.append((name, pod.hold_until))
+                result.promoted.extend(self._leave_gate(pod))
+            return result
+
+    def expire_holds(self, now: float) -> list[Retired]:
+        """Retire every pod whose owner hold has run out."""
+        with self._lock:
+            out: list[Retired] = []
+            heap = self._holds
+            while heap and heap[0][0] <= now:
+                until, name = heapq.heappop(heap)
+                pod = self._pods.get(name)
+                if pod is None or pod.state is not _S_HELD or pod.hold_until != until:
+                    continue  # reclaimed, retired or re-held since: a stale heap entry
+                self._unindex_available(self._pools[pod.pool], pod)
+                self._set_state(pod, _S_RETIRING)
+                pod.retire_after = _RR_HOLD_EXPIRED
+                out.append(Retired(name, _RR_HOLD_EXPIRED))
+            return out
+
+    def restore(self, snap: PodSnapshot) -> Pod:
+        """Rebuild a pod after a broker restart from the backend's annotations."""
+        pod = self.add_pod(
+            snap.name,
+            snap.pool,
+            snap.created_at,
+            role=snap.role,
+            group=snap.group,
+            single_use=snap.single_use,
+            image=snap.image,
+        )
+        with self._lock:
+            index = self._pools[snap.pool]
+            pod.template = snap.template
+            pod.owner, pod.queue, pod.tag, pod.used = snap.owner, snap.queue, snap.tag, snap.used
+            pod.idle_since = snap.idle_since if snap.idle_since is not None else snap.created_at
+            state = snap.state
+            if state is _S_IDLE and snap.used:
+                state = _S_HELD if snap.owner is not None else _S_RETIRING
+            if state is _S_HELD:
+                pod.state = _S_HELD
+                pod.hold_until = snap.hold_until
+                self._index_held(index, pod)
+                heapq.heappush(self._holds, (pod.hold_until, pod.name))
+            elif state is _S_IDLE:
+                pod.state = _S_IDLE
+                self._index_fresh(index, pod)
+            elif state in (_S_ASSIGNED, _S_RUNNING):
+                if snap.job is None or snap.owner is None:
+                    raise InvalidTransitionError(f"busy pod {snap.name} needs job and owner")
+                pod.state = state
+                pod.job = snap.job
+                prior = self._jobs.get(snap.job, ())
+                self._jobs[snap.job] = (*prior, pod.name)
+                self._job_session[snap.job] = (snap.owner, snap.queue or "default", snap.tag or "")
+                index.leased_by_caller[snap.owner] = index.leased_by_caller.get(snap.owner, 0) + 1
+                gpus = index.spec.accelerators_per_pod
+                if gpus:
+                    self._caller_gpus[snap.owner] = self._caller_gpus.get(snap.owner, 0) + gpus
+                if pod.group is not None:
+                    self._groups[pod.group].gate = pod.name
+            else:
+                pod.state = state
+            return pod
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, name: str) -> Pod | None:
+        return self._pods.get(name)
+
+    def job_pods(self, job: str) -> tuple[str, ...]:
+        return self._jobs.get(job, ())
+
+    def pool_pods(self, pool: str) -> list[Pod]:
+        """A consistent list of the pool's pod records (read-only) for the scaler."""
+        with self._lock:
+            index = self._pool(pool)
+            pods = self._pods
+            return [pods[name] for name in index.pods]
+
+    def pool_groups(self, pool: str) -> list[Group]:
+        with self._lock:
+            self._pool(pool)
+            return [g for g in self._groups.values() if g.pool == pool]
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def caller_gpus(self, caller: str) -> int:
+        return self._caller_gpus.get(caller, 0)
+
+    def caller_pods(self, pool: str, caller: str) -> int:
+        return self._pool(pool).leased_by_caller.get(caller, 0)
+
+    # ------------------------------------------------------------------ internals
+
+    def _pool(self, pool: str) -> _PoolIndex:
+        index = self._pools.get(pool)
+        if index is None:
+            raise UnknownPoolError(f"unknown pool {pool!r}", field="pool")
+        return index
+
+    def _pod(self, name: str) -> Pod:
+        pod = self._pods.get(name)
+        if pod is None:
+            raise NotFoundError(f"pod {name} is not tracked", field="name")
+        return pod
+
+    def _set_state(self, pod: Pod, state: PodState) -> None:
+        if state not in POD_TRANSITIONS[pod.state]:
+            raise InvalidTransitionError(
+                f"pod {pod.name}: {pod.state.value} -> {state.value} is not allowed", field="state"
+            )
+        pod.state = state
+
+    def _take_job(self, job: str) -> tuple[str, ...]:
+        names = self._jobs.pop(job, None)
+        if names is None:
+            raise NotFoundError(f"job {job} holds no lease", field="job")
+        caller = self._job_session[job][0]
+        first = self._pods[names[0]]
+        index = self._pools[first.pool]
+        left = index.leased_by_caller[caller] - len(names)
+        if left:
+            index.leased_by_caller[caller] = left
+        else:
+            del index.leased_by_caller[caller]
+        gpus = len(names) * index.spec.accelerators_per_pod
+        if gpus:
+            left = self._caller_gpus[caller] - gpus
+            if left:
+                self._caller_gpus[caller] = left
+            else:
+                del self._caller_gpus[caller]
+        return names
+
+    @staticmethod
+    def _pinned(pod: Pod) -> bool:
+        return pod.image is not None and "@sha256:" in pod.image
+
+    def _index_fresh(self, index: _PoolIndex, pod: Pod) -> None:
+        if pod.dedicated:
+            key = (pod.single_use, pod.image)
+            bucket = index.dedicated_idle.get(key)
+            if bucket is None:
+                bucket = index.dedicated_idle[key] = {}
+            bucket[pod.name] = None
+        elif pod.role is _ROLE_STANDBY:
+            index.standby[pod.name] = None
+        else:
+            index.fresh[pod.name] = None
+
+    def _index_held(self, index: _PoolIndex, pod: Pod) -> None:
+        owner = pod.owner
+        assert owner is not None and pod.queue is not None and pod.tag is not None
+        key = (owner, pod.queue, pod.tag, pod.image)
+        bucket = index.held_by_session.get(key)
+        if bucket is None:
+            bucket = index.held_by_session[key] = {}
+        bucket[pod.name] = None
+        mine = index.held_by_caller.get(owner)
+        if mine is None:
+            mine = index.held_by_caller[owner] = {}
+        mine[pod.name] = None
+
+    def _unindex_available(self, index: _PoolIndex, pod: Pod) -> None:
+        """Remove a pod from whichever claimable bucket it sits in (if any)."""
+        if pod.state is _S_IDLE:
+            if pod.dedicated:
+                kind = (pod.single_use, pod.image)
+                fresh = index.dedicated_idle[kind]
+                del fresh[pod.name]
+                if not fresh:
+                    del index.dedicated_idle[kind]
+            elif pod.role is _ROLE_STANDBY:
+                index.standby.pop(pod.name, None)
+            else:
+                index.fresh.pop(pod.name, None)
+        elif pod.state is _S_HELD:
+            owner = pod.owner
+            assert owner is not None and pod.queue is not None and pod.tag is not None
+            key = (owner, pod.queue, pod.tag, pod.image)
+            bucket = index.held_by_session[key]
+            del bucket[pod.name]
+            if not bucket:
+                del index.held_by_session[key]
+            mine = index.held_by_caller[owner]
+            del mine[pod.name]
+            if not mine:
+                del index.held_by_caller[owner]
+
+    def _make_active(self, grp: Group, pod: Pod) -> None:
+        """Promotion: the gate holder becomes the group's active pod; the previous active
+        keeps its hold (or retires) as a zero-VRAM member of the group."""
+        if pod.role is _ROLE_ACTIVE:
+            return
+        index = self._pools[pod.pool]
+        for other_name in grp.pods:
+            other = self._pods[other_name]
+            if other.role is _ROLE_ACTIVE:
+                idle_fresh = other.state is _S_IDLE
+                if idle_fresh:
+                    self._unindex_available(index, other)
+                other.role = _ROLE_STANDBY
+                if idle_fresh:
+                    self._index_fresh(index, other)
+        pod.role = _ROLE_ACTIVE
+
+    def _holds_gate(self, pod: Pod) -> bool:
+        return pod.group is not None and self._groups[pod.group].gate == pod.name
+
+    def _leave_gate(self, pod: Pod) -> list[Promotion]:
+        if pod.group is None:
+            return []
+        grp = self._groups[pod.group]
+        if grp.waiting == pod.name:
+            grp.waiting = None
+            return []
+        if grp.gate != pod.name:
+            return []
+        grp.gate = None
+        return self._pass_gate(grp)
+
+    def _pass_gate(self, grp: Group) -> list[Promotion]:
+        if grp.waiting is None:
+            return []
+        name = grp.waiting
+        grp.waiting = None
+        grp.gate = name
+        pod = self._pods[name]
+        pod.gated = False
+        self._make_active(grp, pod)
+        job = pod.job
+        assert job is not None
+        launchable = not any(self._pods[p].gated for p in self._jobs[job])
+        return [Promotion(job, name, launchable)]
+
+    # ------------------------------------------------------------------ self-check
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if any index disagrees with the records (tests call this)."""
+        with self._lock:
+            seen_jobs: dict[str, list[str]] = {}
+            for name, pod in self._pods.items():
+                index = self._pools[pod.pool]
+                assert name in index.pods
+                in_fresh = (
+                    name in index.fresh
+                    or name in index.standby
+                    or any(name in b for b in index.dedicated_idle.values())
+                )
+                assert in_fresh == (pod.state is _S_IDLE), pod
+                in_held = any(name in b for b in index.held_by_session.values())
+                assert in_held == (pod.state is _S_HELD), pod
+                if pod.state is _S_HELD:
+                    assert pod.used and pod.owner is not None
+                if pod.state is _S_IDLE:
+                    assert not pod.used, pod
+                if pod.state in (_S_ASSIGNED, _S_RUNNING):
+                    assert pod.job is not None
+                    seen_jobs.setdefault(pod.job, []).append(name)
+                else:
+                    assert pod.job is None, pod
+                if pod.group is not None:
+                    assert name in self._groups[pod.group].pods
+            assert {j: sorted(p) for j, p in seen_jobs.items()} == {
+                j: sorted(p) for j, p in self._jobs.items()
+            }
+            for grp in self._groups.values():
+                running = [p for p in grp.pods if self._pods[p].state is _S_RUNNING]
+                assert len(running) <= 1, grp.name
+                if running:
+                    assert grp.gate == running[0]
+                actives = [p for p in grp.pods if self._pods[p].role is _ROLE_ACTIVE]
+                assert len(actives) <= 1, grp.name
+                if grp.waiting is not None:
+                    assert self._pods[grp.waiting].gated
+                    assert grp.gate is not None

@@ -1,0 +1,70 @@
+"""`python -m firepool.agent --config FILE [--listen-fd N]`: run the pod agent.
+
+The backend passes an already-listening socket (`--listen-fd`), so the agent's URL is known
+before the agent has even started and no port can be lost to a race; without it the agent
+binds the configured host/port itself and writes the port to `<pod_dir>/agent.port`.
+SIGTERM (or SIGINT) makes the agent kill every process of the pod and exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from firepool.agent.runtime import Agent
+from firepool.agent.server import AgentHTTPServer
+from firepool.agent.zygote import set_subreaper
+from firepool.protocol import AgentConfig
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m firepool.agent")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--listen-fd", type=int, default=None)
+    args = parser.parse_args(argv)
+    config = AgentConfig.model_validate(json.loads(Path(args.config).read_text()))
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s agent[{config.pod}] %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    set_subreaper()
+    agent = Agent(config)
+    if args.listen_fd is not None:
+        listen = socket.socket(fileno=args.listen_fd)
+        server = AgentHTTPServer(agent, listen)
+    else:
+        server = AgentHTTPServer(agent, (config.host, config.port))
+        port_file = Path(config.pod_dir) / "agent.port"
+        port_file.with_suffix(".tmp").write_text(str(server.server_address[1]))
+        os.replace(port_file.with_suffix(".tmp"), port_file)
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    logging.getLogger("firepool.agent").info(
+        "serving on %s:%s (isolation %s, memory limit %s)",
+        *server.server_address[:2],
+        agent.scratch.mode.value,
+        agent.cgroups.mode.value,
+    )
+    try:
+        server.serve_forever(poll_interval=0.5)
+    finally:
+        agent.shutdown()
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,162 @@
+"""Per-pod control groups: the memory limit, the OOM counter and a second process ledger.
+
+The pool's memory limit is enforced with the best mechanism the host allows, in this order:
+a cgroup v2 `memory.max`, a cgroup v1 `memory.limit_in_bytes`, else `RLIMIT_AS` on each
+attempt's processes. Which one won is reported (health, logs), never assumed.
+
+Independently, a cgroup v2 directory without controllers is used as a process ledger when the
+unified hierarchy is writable: every job process joins it at fork, `cgroup.procs` lists them
+even after they `setsid` or double-fork, and `cgroup.kill` kills them all in one step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+
+from firepool.protocol import MemoryLimitMode
+
+log = logging.getLogger("firepool.agent")
+
+
+def _mounts() -> list[tuple[str, str, str]]:
+    """(mount point, fs type, super options) for every cgroup mount."""
+    found = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            left, _, right = line.partition(" - ")
+            fstype, _src, opts = [*right.split(), "", "", ""][:3]
+            if fstype in ("cgroup", "cgroup2"):
+                found.append((left.split()[4], fstype, opts))
+    return found
+
+
+def _own_paths() -> dict[str, str]:
+    """Controller list (or '' for v2) -> this process's cgroup path."""
+    paths = {}
+    with open("/proc/self/cgroup") as fh:
+        for line in fh:
+            _id, controllers, path = line.rstrip("\n").split(":", 2)
+            paths[controllers] = path
+    return paths
+
+
+def _make(base: str, rel: str, name: str) -> Path | None:
+    target = Path(base + rel.rstrip("/")) / name
+    try:
+        target.mkdir(exist_ok=True)
+        return target
+    except OSError:
+        return None
+
+
+def _write(path: Path, value: str) -> bool:
+    try:
+        path.write_text(value)
+        return True
+    except OSError:
+        return False
+
+
+class PodCgroups:
+    def __init__(self, pod: str, memory_limit_mib: int | None) -> None:
+        self.limit_bytes = memory_limit_mib * 1024 * 1024 if memory_limit_mib else None
+        self.mode = MemoryLimitMode.NONE
+        self.ledger: Path | None = None  # cgroup v2 dir used to list/kill processes
+        self.memory: Path | None = None  # where the memory limit and OOM counter live
+        self._dirs: list[Path] = []
+        name = f"firepool-{pod}"
+        try:
+            mounts = _mounts()
+            own = _own_paths()
+        except OSError:
+            mounts, own = [], {}
+        v2 = next((m for m, t, _ in mounts if t == "cgroup2"), None)
+        if v2 is not None and "" in own:
+            self.ledger = _make(v2, own[""], name)
+            if self.ledger is not None:
+                self._dirs.append(self.ledger)
+        if self.limit_bytes is None:
+            self.mode = MemoryLimitMode.NONE
+        elif self.ledger is not None and self._v2_memory(self.ledger):
+            self.memory = self.ledger
+            self.mode = MemoryLimitMode.CGROUP2
+        else:
+            v1 = next((m for m, t, o in mounts if t == "cgroup" and "memory" in o.split(",")), None)
+            key = next((k for k in own if "memory" in k.split(",")), None)
+            made = _make(v1, own[key], name) if v1 and key else None
+            if made is not None and _write(made / "memory.limit_in_bytes", str(self.limit_bytes)):
+                _write(made / "memory.memsw.limit_in_bytes", str(self.limit_bytes))  # no swap out
+                self.memory = made
+                self._dirs.append(made)
+                self.mode = MemoryLimitMode.CGROUP1
+            else:
+                if made is not None:
+                    with contextlib.suppress(OSError):
+                        made.rmdir()
+                self.mode = MemoryLimitMode.RLIMIT
+        log.info("memory limit: %s; process ledger: %s", self.mode.value, self.ledger)
+
+    def _v2_memory(self, path: Path) -> bool:
+        try:
+            if "memory" not in (path / "cgroup.controllers").read_text().split():
+                return False
+        except OSError:
+            return False
+        assert self.limit_bytes is not None
+        if not _write(path / "memory.max", str(self.limit_bytes)):
+            return False
+        _write(path / "memory.swap.max", "0")  # best effort: no swap out
+        return True
+
+    @property
+    def dirs(self) -> list[Path]:
+        return list(self._dirs)
+
+    @property
+    def procs_files(self) -> list[str]:
+        """Files a new job process writes its pid into, before it runs any job code."""
+        return [str(d / "cgroup.procs") for d in self._dirs]
+
+    @property
+    def rlimit_as(self) -> int | None:
+        return self.limit_bytes if self.mode is MemoryLimitMode.RLIMIT else None
+
+    @property
+    def tracking(self) -> list[str]:
+        names = ["subreaper", "session", "proc-tree", "environ-marker"]
+        if self.ledger is not None:
+            names.append("cgroup2-ledger")
+        if self.mode is MemoryLimitMode.CGROUP1:
+            names.append("cgroup1-memory")
+        return names
+
+    def members(self) -> set[int]:
+        pids: set[int] = set()
+        for d in self._dirs:
+            with contextlib.suppress(OSError):
+                pids.update(int(x) for x in (d / "cgroup.procs").read_text().split())
+        return pids
+
+    def kill_all(self) -> None:
+        if self.ledger is not None:
+            _write(self.ledger / "cgroup.kill", "1")
+
+    def oom_kills(self) -> int:
+        if self.memory is None:
+            return 0
+        name = "memory.events" if self.mode is MemoryLimitMode.CGROUP2 else "memory.oom_control"
+        try:
+            for line in (self.memory / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def remove(self) -> None:
+        for d in self._dirs:
+            with contextlib.suppress(OSError):
+                d.rmdir()

@@ -1,0 +1,113 @@
+"""The pod's scratch spaces: /dev/shm, tmp and the directories reset empties.
+
+In `private` mode the backend started the agent in its own mount namespace (`unshare -m`);
+the agent then mounts fresh tmpfs instances on /dev/shm and /tmp that only this pod's processes
+see, and wiping one is an unmount plus a new mount: constant time however many files or bytes
+a job left (8 GiB of shm costs the same as none). When the pod directory itself lives under
+/tmp, mounting over /tmp would hide it, so only /dev/shm is private (`private-shm`) and the
+pod's own tmp dir, exported as TMPDIR, gets the tmpfs instead.
+
+In `weak` mode (no namespace) /dev/shm and /tmp are the host's: jobs get TMPDIR pointing at a
+per-pod directory that reset empties, and whatever they write to the shared /dev/shm or /tmp
+is not covered. The agent says so in its log and in `Health.isolation`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from pathlib import Path
+
+from firepool.protocol import IsolationMode
+
+log = logging.getLogger("firepool.agent")
+
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MNT_DETACH = 0x2
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def mount_tmpfs(target: str, size_mib: int) -> None:
+    options = f"size={size_mib}m,mode=1777".encode()
+    rc = _libc.mount(b"tmpfs", target.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options)
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount tmpfs on {target}: {os.strerror(err)}")
+
+
+def umount(target: str) -> None:
+    if _libc.umount2(target.encode(), MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"umount {target}: {os.strerror(err)}")
+
+
+def _is_under(path: Path, parent: Path) -> bool:
+    try:
+        path.resolve().relative_to(parent.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+class Scratch:
+    """Where a job's tmp and shm live, and how to make them empty again."""
+
+    def __init__(self, mode: IsolationMode, pod_tmp: Path, shm_mib: int, tmp_mib: int) -> None:
+        self.requested = mode
+        self.pod_tmp = pod_tmp
+        self.shm_mib = shm_mib
+        self.tmp_mib = tmp_mib
+        self.mounts: list[tuple[str, int]] = []  # (target, size) of our own tmpfs mounts
+        self.mode = IsolationMode.WEAK
+        self.tmpdir = str(pod_tmp)
+        if mode is not IsolationMode.WEAK:
+            self._go_private()
+        if self.mode is IsolationMode.WEAK:
+            log.warning(
+                "weaker isolation: /dev/shm and /tmp are shared with the host; jobs get "
+                "TMPDIR=%s, and files they put in /dev/shm or /tmp are not wiped by reset",
+                pod_tmp,
+            )
+
+    def _go_private(self) -> None:
+        try:
+            mount_tmpfs("/dev/shm", self.shm_mib)
+            self.mounts.append(("/dev/shm", self.shm_mib))
+            if _is_under(self.pod_tmp, Path("/tmp")):
+                mount_tmpfs(str(self.pod_tmp), self.tmp_mib)
+                self.mounts.append((str(self.pod_tmp), self.tmp_mib))
+                self.mode = IsolationMode.PRIVATE_SHM
+                log.warning(
+                    "pod directory is under /tmp: /dev/shm is private, /tmp is shared; "
+                    "jobs get TMPDIR=%s (a private tmpfs)",
+                    self.pod_tmp,
+                )
+            else:
+                mount_tmpfs("/tmp", self.tmp_mib)
+                self.mounts.append(("/tmp", self.tmp_mib))
+                self.tmpdir = "/tmp"
+                self.mode = IsolationMode.PRIVATE
+            log.info("private mount namespace: tmpfs on %s", ", ".join(t for t, _ in self.mounts))
+        except OSError as exc:
+            log.error("cannot set up private scratch (%s); falling back to weak isolation", exc)
+            for target, _ in reversed(self.mounts):
+                try:
+                    umount(target)
+                except OSError as undo:
+                    log.error("%s", undo)
+            self.mounts.clear()
+            self.mode = IsolationMode.WEAK
+
+    def wipe_mounts(self) -> None:
+        """Replace each private tmpfs by a new, empty one (raises on failure)."""
+        for target, size in self.mounts:
+            umount(target)
+            mount_tmpfs(target, size)
+
+    @property
+    def dirs_to_empty(self) -> list[Path]:
+        """Scratch directories reset must empty file by file (those not on our own tmpfs)."""
+        return [] if str(self.pod_tmp) in {t for t, _ in self.mounts} else [self.pod_tmp]

@@ -1,0 +1,81 @@
+"""Where things live inside a pod directory, and which of them reset empties.
+
+    <pod_dir>/work       the package root and the job's cwd/HOME   (emptied by reset)
+    <pod_dir>/tmp        TMPDIR in weak / private-shm mode         (emptied by reset)
+    <pod_dir>/gpu        per-attempt GPU accounting files          (emptied by reset)
+    <pod_dir>/logs       <attempt>/stdout, stderr, install.log     (emptied by reset)
+    <pod_dir>/site       requirements installed for this pod       (kept: owner-only reuse)
+    <pod_dir>/cache      verified package archives                 (kept: read-only cache)
+
+Files the backend writes (state.json, agent.json, agent.log) sit beside these and are never
+visible as the job's workspace.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def safe_name(attempt: str) -> str:
+    return attempt.replace("/", "_").replace(":", "_")
+
+
+@dataclass(frozen=True)
+class PodLayout:
+    root: Path
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def tmp(self) -> Path:
+        return self.root / "tmp"
+
+    @property
+    def gpu(self) -> Path:
+        return self.root / "gpu"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def site(self) -> Path:
+        return self.root / "site"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "cache"
+
+    @property
+    def package_cache(self) -> Path:
+        return self.cache / "packages"
+
+    @property
+    def wiped_dirs(self) -> list[Path]:
+        return [self.work, self.gpu, self.logs]
+
+    def create(self) -> None:
+        for path in (self.work, self.tmp, self.gpu, self.logs, self.site, self.package_cache):
+            path.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.tmp, 0o1777)
+
+    def attempt_logs(self, attempt: str) -> Path:
+        path = self.logs / safe_name(attempt)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def log_file(self, attempt: str, stream: str) -> Path:
+        return self.logs / safe_name(attempt) / stream
+
+    def tail(self, attempt: str, stream: str, size: int) -> bytes:
+        try:
+            with open(self.log_file(attempt, stream), "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - size))
+                return fh.read()
+        except OSError:
+            return b""

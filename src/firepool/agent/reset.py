@@ -1,0 +1,169 @@
+"""Verified reset: prove the pod holds nothing of the last attempt, or say what it still holds.
+
+Processes. The targets are every descendant of the agent (the agent and the zygote are child
+subreapers, so `setsid` and double-forked grandchildren stay below them) plus every member of
+the pod's cgroups (a ledger that survives re-parenting). All are SIGKILLed, repeatedly, until
+a /proc snapshot finds none alive; a process in uninterruptible sleep gets a bounded wait
+(`verify_timeout_s`). Separately, any process started since the pod came up that carries the
+pod's environment marker but is *not* ours (it escaped through something outside the pod) is
+not touched but reported: we cannot prove what it holds, so the reset is `unclean`.
+
+Files. The package directory, per-attempt GPU accounting files, logs, volumes marked for wiping
+and the scratch spaces are emptied, then checked empty. Read-only caches (the package cache,
+installed requirements, configured caches) are kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from firepool.agent import procfs
+from firepool.agent.cgroups import PodCgroups
+from firepool.agent.isolation import Scratch
+from firepool.protocol import ResetResult
+
+
+@dataclass
+class ResetContext:
+    agent_pid: int
+    keep_pids: set[int]
+    cgroups: PodCgroups
+    scratch: Scratch
+    marker: bytes
+    pod_start_ticks: int
+    dirs_to_empty: Sequence[Path]
+    verify_timeout_s: float
+    faults: Sequence[str] = ()
+    steps_ms: dict[str, float] = field(default_factory=dict)
+
+
+def _tree(ctx: ResetContext, procs: dict[int, procfs.Proc]) -> set[int]:
+    targets = procfs.descendants(procs, [ctx.agent_pid]) | ctx.cgroups.members()
+    return targets - ctx.keep_pids - {ctx.agent_pid}
+
+
+def _reap_own_zombies(ctx: ResetContext, procs: dict[int, procfs.Proc]) -> None:
+    for proc in procs.values():
+        if proc.ppid == ctx.agent_pid and proc.dead and proc.pid not in ctx.keep_pids:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(proc.pid, os.WNOHANG)
+
+
+def kill_attempt_processes(
+    ctx: ResetContext,
+) -> tuple[int, list[procfs.Proc], dict[int, procfs.Proc]]:
+    """SIGKILL the whole attempt tree until none is alive.
+
+    Returns (processes killed, survivors, the last /proc snapshot)."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + ctx.verify_timeout_s
+    pause = 0.0005
+    first = True
+    while True:
+        procs = procfs.snapshot()
+        live = [procs[p] for p in _tree(ctx, procs) if p in procs and not procs[p].dead]
+        _reap_own_zombies(ctx, procs)
+        if not live:
+            return len(killed), [], procs
+        if time.monotonic() > deadline:
+            return len(killed), live, procs
+        if first:
+            ctx.cgroups.kill_all()  # one atomic stroke for everything in the ledger
+            first = False
+        for proc in live:
+            procfs.kill_quietly(proc.pid)
+            killed.add(proc.pid)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+
+
+def escaped_processes(ctx: ResetContext, procs: dict[int, procfs.Proc]) -> list[int]:
+    """Processes outside the pod's tree that still carry the pod's marker."""
+    ours = _tree(ctx, procs) | ctx.keep_pids | {ctx.agent_pid}
+    return [
+        p.pid
+        for p in procs.values()
+        if p.pid not in ours
+        and not p.dead
+        and p.start_ticks >= ctx.pod_start_ticks
+        and procfs.environ_has(p.pid, ctx.marker)
+    ]
+
+
+def empty_dir(path: Path) -> int:
+    """Remove everything inside `path` (never following symlinks); returns entries removed."""
+    removed = 0
+    try:
+        entries = list(os.scandir(path))
+    except FileNotFoundError:
+        path.mkdir(parents=True, exist_ok=True)
+        return 0
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            removed += empty_dir(Path(entry.path))
+            os.rmdir(entry.path)
+        else:
+            os.unlink(entry.path)
+        removed += 1
+    return removed
+
+
+def _is_empty(path: Path) -> bool:
+    with os.scandir(path) as it:
+        return next(it, None) is None
+
+
+def verified_reset(ctx: ResetContext) -> ResetResult:
+    start = time.perf_counter()
+    steps = ctx.steps_ms
+    problems: list[str] = []
+
+    def lap(name: str, since: float) -> float:
+        now = time.perf_counter()
+        steps[name] = round((now - since) * 1000, 3)
+        return now
+
+    t = start
+    killed, survivors, procs = kill_attempt_processes(ctx)
+    if survivors:
+        problems.append(
+            "processes survived SIGKILL: "
+            + ", ".join(f"{p.pid} (state {p.state})" for p in survivors[:10])
+        )
+    t = lap("kill", t)
+    escaped = escaped_processes(ctx, procs)
+    if escaped:
+        problems.append(
+            "processes outside the pod carry its marker: " + ", ".join(map(str, escaped[:10]))
+        )
+    t = lap("verify", t)
+    removed = 0
+    if not survivors:  # never pull files from under a live process
+        for path in ctx.dirs_to_empty:
+            try:
+                removed += empty_dir(path)
+                if not _is_empty(path):
+                    problems.append(f"{path} is not empty after wiping")
+            except OSError as exc:
+                problems.append(f"cannot empty {path}: {exc}")
+        t = lap("files", t)
+        try:
+            ctx.scratch.wipe_mounts()
+        except OSError as exc:
+            problems.append(f"cannot renew scratch tmpfs: {exc}")
+        t = lap("scratch", t)
+    if "verify" in ctx.faults:
+        problems.append("injected verification failure (test hook)")
+    return ResetResult(
+        clean=not problems,
+        reason="; ".join(problems) or None,
+        duration_ms=round((time.perf_counter() - start) * 1000, 3),
+        killed=killed,
+        files_removed=removed,
+        steps_ms=steps,
+    )

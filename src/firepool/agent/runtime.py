@@ -1,0 +1,387 @@
+"""The agent's state machine: one attempt at a time, launch -> exit -> reset.
+
+Rules it enforces, whatever the broker asks:
+- an attempt id older than (or equal to) one already seen for that job is refused, so a
+  re-queued attempt can never be confused with its predecessor; re-sending the very attempt that
+  is current returns its launch again (`duplicate`) instead of starting it twice;
+- nothing launches on a dirty pod (an attempt ran since the last clean reset);
+- after an unclean reset the pod refuses every launch: the broker must delete it.
+Exit is pushed to the broker (see `events.py`) and also kept for `status`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from firepool.agent import deps, fetch, procfs, unpack
+from firepool.agent.cgroups import PodCgroups
+from firepool.agent.entry import python_entry
+from firepool.agent.events import EventPusher
+from firepool.agent.isolation import Scratch
+from firepool.agent.layout import PodLayout
+from firepool.agent.reset import ResetContext, verified_reset
+from firepool.agent.spawner import ZygoteClient, ZygoteExit
+from firepool.model import ACCELERATORS, ConflictError, NotFoundError, parse_attempt_id
+from firepool.protocol import (
+    AgentConfig,
+    AttemptPhase,
+    AttemptStatus,
+    ExitEvent,
+    Health,
+    LaunchFailedError,
+    LaunchMode,
+    LaunchRequest,
+    LaunchResponse,
+    MemoryLimitMode,
+    ResetResult,
+    StopReason,
+)
+
+log = logging.getLogger("firepool.agent")
+
+#: The environment variable that marks every process of this pod (see reset.py).
+MARKER_VAR = "FIREPOOL_POD_MARKER"
+OOM_RSS_FRACTION = 0.9
+
+
+@dataclass
+class Attempt:
+    request: LaunchRequest
+    mode: LaunchMode
+    started_at: float = 0.0
+    started_mono: float = 0.0
+    pid: int = 0
+    oom_before: int = 0
+    stop_reason: StopReason | None = None
+    exit: ExitEvent | None = None
+    launch: LaunchResponse | None = None
+    timer: threading.Timer | None = None
+
+    def __post_init__(self) -> None:
+        self.exited = threading.Event()
+
+
+class Agent:
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.layout = PodLayout(Path(config.pod_dir))
+        self.layout.create()
+        self.pid = os.getpid()
+        self.start_ticks = procfs.boot_ticks_now() - 1
+        self.marker_value = config.marker or f"{config.pod}.{secrets.token_hex(8)}"
+        self.marker = f"{MARKER_VAR}={self.marker_value}".encode()
+        shm_mib = config.memory_limit_mib or 2048
+        self.scratch = Scratch(config.isolation, self.layout.tmp, shm_mib, tmp_mib=4096)
+        self.cgroups = PodCgroups(config.pod, config.memory_limit_mib)
+        # The backend removes these if the agent dies without cleaning up.
+        (self.layout.root / "agent.cgroups").write_text(
+            "".join(f"{d}\n" for d in self.cgroups.dirs)
+        )
+        self.events = EventPusher(config.callback_url, config.secret)
+        self._lock = threading.RLock()  # guards the fields below
+        self._op = threading.Lock()  # serialises launch / reset
+        self.current: Attempt | None = None
+        self.seen: dict[str, int] = {}
+        self.dirty = False
+        self.unclean_reason: str | None = None
+        self.healthy = True
+        self.zygote = ZygoteClient(config.preload_modules, self._on_exit, self._on_zygote_death)
+
+    # ------------------------------------------------------------------ health
+
+    def health(self) -> Health:
+        with self._lock:
+            cur = self.current
+            return Health(
+                pod=self.config.pod,
+                ok=self.healthy and self.unclean_reason is None,
+                ready=self.zygote.ready.is_set(),
+                attempt=cur.request.attempt if cur else None,
+                dirty=self.dirty,
+                unclean_reason=self.unclean_reason,
+                isolation=self.scratch.mode,
+                memory_limit=self.cgroups.mode,
+                process_tracking=self.cgroups.tracking,
+                warm_modules=self.zygote.modules,
+                devices=list(self.config.devices),
+                pid=self.pid,
+            )
+
+    # ------------------------------------------------------------------ launch
+
+    def launch(self, req: LaunchRequest) -> LaunchResponse:
+        with self._op:
+            dup = self._admit(req)
+            if dup is not None:
+                return dup
+            t0 = time.perf_counter()
+            attempt_dir = self.layout.attempt_logs(req.attempt)
+            package_cached = requirements_cached = False
+            if req.package is not None:
+                archive, package_cached = fetch.fetch(req.package, self.layout.package_cache)
+                unpack.unpack(archive, self.layout.work)
+            if req.requirements is not None:
+                requirements_cached = deps.ensure(
+                    req.requirements,
+                    self.layout.site,
+                    self.layout.work,
+                    attempt_dir / "install.log",
+                )
+            prepare_s = time.perf_counter() - t0
+            entry = python_entry(req.argv) if req.warm else None
+            mode = LaunchMode.FORK if entry is not None else LaunchMode.EXEC
+            attempt = Attempt(request=req, mode=mode, oom_before=self.cgroups.oom_kills())
+            with self._lock:
+                self.current = attempt
+            spawn = {
+                "id": req.attempt,
+                "mode": mode.value,
+                "argv": req.argv,
+                "env": self._job_env(req),
+                "cwd": str(self.layout.work),
+                "stdout": str(attempt_dir / "stdout"),
+                "stderr": str(attempt_dir / "stderr"),
+                "sys_path": [str(self.layout.site)],
+                "cgroup_procs": self.cgroups.procs_files,
+                "rlimit_as": self.cgroups.rlimit_as,
+            }
+            attempt.started_at = time.time()
+            try:
+                pid, mono = self.zygote.spawn(spawn)
+            except LaunchFailedError:
+                with self._lock:
+                    self.current = None  # nothing runs; the pod stays dirty until reset
+                raise
+            with self._lock:
+                attempt.pid, attempt.started_mono = pid, mono
+                attempt.launch = LaunchResponse(
+                    attempt=req.attempt,
+                    pid=pid,
+                    mode=mode,
+                    started_at=attempt.started_at,
+                    prepare_s=round(prepare_s, 6),
+                    package_cached=package_cached,
+                    requirements_cached=requirements_cached,
+                )
+                if req.timeout_s is not None and attempt.exit is None:
+                    attempt.timer = threading.Timer(req.timeout_s, self._timeout, (req.attempt,))
+                    attempt.timer.daemon = True
+                    attempt.timer.start()
+                return attempt.launch
+
+    def _admit(self, req: LaunchRequest) -> LaunchResponse | None:
+        job, retry = parse_attempt_id(req.attempt)
+        with self._lock:
+            cur = self.current
+            if cur is not None and cur.request.attempt == req.attempt and cur.launch is not None:
+                return cur.launch.model_copy(update={"duplicate": True})
+            if self.unclean_reason is not None:
+                raise ConflictError(f"pod is unclean and must be deleted: {self.unclean_reason}")
+            if not self.healthy:
+                raise ConflictError("pod is unhealthy: the warm interpreter died")
+            last = self.seen.get(job)
+            if last is not None and retry <= last:
+                raise ConflictError(
+                    f"attempt {req.attempt} is not newer than {job}:{last}, already seen here",
+                    field="attempt",
+                )
+            if self.dirty:
+                raise ConflictError("pod has not been reset since its last attempt")
+            self.seen[job] = retry
+            self.dirty = True
+        return None
+
+    def _job_env(self, req: LaunchRequest) -> dict[str, str]:
+        cfg = self.config
+        bindir = os.path.dirname(sys.executable)
+        env = {
+            "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
+            "HOME": str(self.layout.work),
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "TMPDIR": self.scratch.tmpdir,
+            "PYTHONPATH": str(self.layout.site),
+            "FIREPOOL_POD": cfg.pod,
+            "FIREPOOL_ATTEMPT": req.attempt,
+            MARKER_VAR: self.marker_value,
+            "CUDA_VISIBLE_DEVICES": ",".join(cfg.devices),
+        }
+        if cfg.devices:
+            # The card's whole framebuffer for this job, and a fresh accounting file per
+            # attempt, so a reused pod never inherits an earlier limit (paper A.4).
+            mib = cfg.device_memory_mib or ACCELERATORS.get("fake", 16) * 1024
+            for i in range(len(cfg.devices)):
+                env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{mib}m"
+            safe = req.attempt.replace("/", "_").replace(":", "_")
+            env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(self.layout.gpu / f"{safe}.cache")
+        env.update(cfg.extra_env)
+        env.update(req.env)
+        env.update(req.topology_env)
+        return env
+
+    # ------------------------------------------------------------------ exit
+
+    def _on_exit(self, ev: ZygoteExit) -> None:
+        with self._lock:
+            attempt = self.current
+            if attempt is None or attempt.request.attempt != ev.attempt:
+                log.warning("exit of unknown attempt %s (pid %d)", ev.attempt, ev.pid)
+                return
+            if attempt.timer is not None:
+                attempt.timer.cancel()
+            code = sig = None
+            if os.WIFSIGNALED(ev.status):
+                sig = os.WTERMSIG(ev.status)
+            else:
+                code = os.waitstatus_to_exitcode(ev.status)
+            oom, source = self._oom_verdict(attempt, sig, code, ev.maxrss_kib)
+            now = time.time()
+            runtime = max(0.0, ev.t - attempt.started_mono) if attempt.started_mono else 0.0
+            attempt.exit = ExitEvent(
+                pod=self.config.pod,
+                attempt=ev.attempt,
+                exit_code=code,
+                signal=sig,
+                oom=oom,
+                oom_source=source,
+                stop_reason=attempt.stop_reason,
+                runtime_s=round(runtime, 6),
+                started_at=attempt.started_at,
+                finished_at=now,
+                max_rss_kib=ev.maxrss_kib,
+            )
+            attempt.exited.set()
+            event = attempt.exit
+        self.events.push(event)
+
+    def _oom_verdict(
+        self, attempt: Attempt, sig: int | None, code: int | None, maxrss_kib: int
+    ) -> tuple[bool, Literal["cgroup", "heuristic"] | None]:
+        if self.cgroups.memory is not None:
+            if self.cgroups.oom_kills() > attempt.oom_before:
+                return True, "cgroup"
+            return False, None
+        limit = self.cgroups.limit_bytes
+        if limit is None or attempt.stop_reason is not None:
+            return False, None
+        if sig == signal.SIGKILL and maxrss_kib * 1024 >= OOM_RSS_FRACTION * limit:
+            return True, "heuristic"
+        if self.cgroups.mode is MemoryLimitMode.RLIMIT and code not in (None, 0):
+            tail = self.layout.tail(attempt.request.attempt, "stderr", 4096)
+            if b"MemoryError" in tail:
+                return True, "heuristic"
+        return False, None
+
+    def _on_zygote_death(self) -> None:
+        log.error("the warm interpreter died; the pod is unhealthy")
+        with self._lock:
+            self.healthy = False
+
+    # ------------------------------------------------------------------ status / stop
+
+    def _attempt(self, attempt_id: str) -> Attempt:
+        with self._lock:
+            cur = self.current
+        if cur is None or cur.request.attempt != attempt_id:
+            raise NotFoundError(f"attempt {attempt_id} is not known here", field="attempt")
+        return cur
+
+    def status(self, attempt_id: str) -> AttemptStatus:
+        cur = self._attempt(attempt_id)
+        with self._lock:
+            return AttemptStatus(
+                attempt=attempt_id,
+                phase=AttemptPhase.EXITED if cur.exit else AttemptPhase.RUNNING,
+                pid=cur.pid,
+                mode=cur.mode,
+                started_at=cur.started_at,
+                exit=cur.exit,
+            )
+
+    def stop(
+        self, attempt_id: str, grace_s: float, reason: StopReason = StopReason.STOP
+    ) -> AttemptStatus:
+        """SIGTERM the attempt's process group, wait `grace_s`, then SIGKILL its whole tree."""
+        cur = self._attempt(attempt_id)
+        with self._lock:
+            if cur.exit is None and cur.stop_reason is None:
+                cur.stop_reason = reason
+        if cur.exit is None and cur.pid:
+            procfs.killpg_quietly(cur.pid, signal.SIGTERM)
+            if not cur.exited.wait(grace_s):
+                self._kill_tree()
+                cur.exited.wait(5.0)
+        return self.status(attempt_id)
+
+    def _timeout(self, attempt_id: str) -> None:
+        with contextlib.suppress(NotFoundError):
+            self.stop(attempt_id, grace_s=5.0, reason=StopReason.TIMEOUT)
+
+    def _kill_tree(self) -> None:
+        procs = procfs.snapshot()
+        keep = {self.pid, self.zygote.pid}
+        for pid in (procfs.descendants(procs, [self.pid]) | self.cgroups.members()) - keep:
+            procfs.kill_quietly(pid)
+
+    # ------------------------------------------------------------------ reset
+
+    def reset(self) -> ResetResult:
+        with self._op:
+            with self._lock:
+                cur = self.current
+            if cur is not None and cur.timer is not None:
+                cur.timer.cancel()
+            if cur is not None and cur.exit is None:
+                cur.stop_reason = cur.stop_reason or StopReason.STOP
+            ctx = ResetContext(
+                agent_pid=self.pid,
+                keep_pids={self.zygote.pid},
+                cgroups=self.cgroups,
+                scratch=self.scratch,
+                marker=self.marker,
+                pod_start_ticks=self.start_ticks,
+                dirs_to_empty=[
+                    *self.layout.wiped_dirs,
+                    *self.scratch.dirs_to_empty,
+                    *map(Path, self.config.wipe_volumes),
+                ],
+                verify_timeout_s=self.config.verify_timeout_s,
+                faults=self.config.faults,
+            )
+            result = verified_reset(ctx)
+            if cur is not None and cur.exit is None:
+                cur.exited.wait(1.0)  # the zygote reports the leader's death
+            with self._lock:
+                if result.clean:
+                    self.dirty = False
+                    self.current = None
+                else:
+                    self.unclean_reason = result.reason
+            log.info("reset: clean=%s in %.2f ms %s", result.clean, result.duration_ms,
+                     result.reason or "")  # fmt: skip
+            return result
+
+    # ------------------------------------------------------------------ shutdown
+
+    def shutdown(self) -> None:
+        """Kill every process of the pod, then the zygote; remove our cgroups."""
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            self._kill_tree()
+            procs = procfs.snapshot()
+            rest = procfs.descendants(procs, [self.pid]) - {self.zygote.pid}
+            if not any(p in procs and not procs[p].dead for p in rest):
+                break
+            time.sleep(0.01)
+        self.zygote.close()
+        self.events.close()
+        self.cgroups.remove()

@@ -1,0 +1,200 @@
+"""The agent's HTTP face: stdlib `http.server`, one thread per connection, keep-alive.
+
+Deliberately not an ASGI stack: the agent must start in well under a second in every pod and
+serves a handful of requests per attempt. Responses are written in one `send` with Nagle off,
+so a small request costs a fraction of a millisecond on loopback.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import socket
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from pydantic import BaseModel, ValidationError
+
+from firepool.agent.runtime import Agent
+from firepool.model import ErrorCode, FirepoolError, NotFoundError, UnauthorizedError
+from firepool.protocol import AttemptPhase, LaunchRequest, StopRequest
+
+log = logging.getLogger("firepool.agent")
+
+_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.VALIDATION: 422,
+    ErrorCode.FORBIDDEN_ENV: 422,
+    ErrorCode.BAD_PACKAGE: 422,
+    ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.CONFLICT: 409,
+    ErrorCode.PAYLOAD_TOO_LARGE: 413,
+    ErrorCode.UNAVAILABLE: 503,
+}
+_MAX_BODY = 8 * 1024 * 1024
+_ATTEMPT = r"/v1/attempts/(?P<attempt>[^/]+)"
+
+
+class AgentHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, agent: Agent, listen: socket.socket | tuple[str, int]) -> None:
+        self.agent = agent
+        if isinstance(listen, socket.socket):
+            super().__init__(listen.getsockname()[:2], Handler, bind_and_activate=False)
+            self.socket.close()
+            self.socket = listen
+            self.server_address = listen.getsockname()[:2]
+        else:
+            super().__init__(listen, Handler)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: AgentHTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        head = (
+            f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        self.wfile.write(head.encode() + body)
+        self.log_request(status)
+
+    def _json(self, status: int, payload: BaseModel | dict[str, Any]) -> None:
+        if isinstance(payload, BaseModel):
+            body = payload.model_dump_json().encode()
+        else:
+            body = json.dumps(payload).encode()
+        self._send(status, body)
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > _MAX_BODY:
+            raise FirepoolError("request body too large")
+        raw = self.rfile.read(length) if length else b"{}"
+        try:
+            return json.loads(raw)
+        except ValueError:
+            from firepool.model import RequestValidationError
+
+            raise RequestValidationError("request body is not JSON") from None
+
+    def _authorized(self) -> bool:
+        got = self.headers.get("Authorization", "")
+        want = f"Bearer {self.server.agent.config.secret}"
+        return hmac.compare_digest(got.encode(), want.encode())
+
+    def _dispatch(self, routes: list[tuple[str, Callable[..., None]]]) -> None:
+        url = urlsplit(self.path)
+        try:
+            if not self._authorized():
+                raise UnauthorizedError("missing or wrong pod secret")
+            for pattern, fn in routes:
+                match = re.fullmatch(pattern, url.path)
+                if match:
+                    fn(query=parse_qs(url.query), **match.groupdict())
+                    return
+            raise NotFoundError(f"no route {self.command} {url.path}")
+        except FirepoolError as exc:
+            self._json(_STATUS.get(exc.code, 500), exc.to_dict())
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or None
+            self._json(422, {"error": "ValidationError", "message": first["msg"], "field": field})
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:
+            log.exception("internal error")
+            self._json(500, {"error": "InternalError", "message": str(exc), "field": None})
+
+    def do_GET(self) -> None:
+        self._dispatch(
+            [
+                (r"/v1/health", self._health),
+                (_ATTEMPT, self._status),
+                (_ATTEMPT + r"/logs", self._logs),
+            ]
+        )
+
+    def do_POST(self) -> None:
+        self._dispatch(
+            [
+                (r"/v1/attempts", self._launch),
+                (_ATTEMPT + r"/stop", self._stop),
+                (r"/v1/reset", self._reset),
+            ]
+        )
+
+    # ------------------------------------------------------------------ routes
+
+    def _health(self, query: dict[str, list[str]]) -> None:
+        self._json(200, self.server.agent.health())
+
+    def _launch(self, query: dict[str, list[str]]) -> None:
+        req = LaunchRequest.model_validate(self._body())
+        self._json(200, self.server.agent.launch(req))
+
+    def _status(self, query: dict[str, list[str]], attempt: str) -> None:
+        self._json(200, self.server.agent.status(attempt))
+
+    def _stop(self, query: dict[str, list[str]], attempt: str) -> None:
+        req = StopRequest.model_validate(self._body())
+        self._json(200, self.server.agent.stop(attempt, req.grace_s))
+
+    def _reset(self, query: dict[str, list[str]]) -> None:
+        self._body()
+        self._json(200, self.server.agent.reset())
+
+    def _logs(self, query: dict[str, list[str]], attempt: str) -> None:
+        """Chunked stream of a log file from `offset`; with follow=1, until the attempt exits."""
+        agent = self.server.agent
+        stream = query.get("stream", ["stdout"])[0]
+        if stream not in ("stdout", "stderr", "install.log"):
+            raise NotFoundError(f"no log stream {stream!r}", field="stream")
+        offset = int(query.get("offset", ["0"])[0])
+        follow = query.get("follow", ["0"])[0] in ("1", "true")
+        agent.status(attempt)  # NotFound for an unknown attempt
+        path = agent.layout.log_file(attempt, stream)
+        self.wfile.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        try:
+            fh = open(path, "rb")  # noqa: SIM115
+        except FileNotFoundError:
+            fh = None
+        try:
+            if fh is not None:
+                fh.seek(offset)
+            while True:
+                data = fh.read(1 << 16) if fh is not None else b""
+                if data:
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    continue
+                if not follow or agent.status(attempt).phase is AttemptPhase.EXITED:
+                    if fh is not None and (rest := fh.read()):
+                        self.wfile.write(f"{len(rest):x}\r\n".encode() + rest + b"\r\n")
+                    break
+                time.sleep(0.05)
+                if fh is None and path.exists():
+                    fh = open(path, "rb")  # noqa: SIM115
+                    fh.seek(offset)
+        except NotFoundError:
+            pass  # reset removed the attempt while we followed it
+        finally:
+            if fh is not None:
+                fh.close()
+        self.wfile.write(b"0\r\n\r\n")

@@ -1,0 +1,270 @@
+"""The warm interpreter: a single-threaded process that imports the pool's heavy modules once
+and forks every attempt from itself.
+
+Why a separate process rather than forking the agent: the agent serves HTTP from threads, and a
+fork of a threaded process can inherit locks held by threads that do not exist in the child.
+The zygote has exactly one thread, imports only the stdlib and the preloaded modules, and is the
+parent (and child subreaper) of every job process, so it reaps them and reports exit status
+and peak RSS to the agent over a socketpair, one JSON object per line.
+
+Requests:  {"op": "spawn", "id", "mode": "fork"|"exec", "argv", "env", "cwd", "stdout",
+            "stderr", "sys_path": [...], "cgroup_procs": [...], "rlimit_as": int|null}
+Events:    {"ev": "ready", "pid", "modules", "failed"}
+           {"ev": "spawned", "id", "pid", "t"} | {"ev": "spawn_error", "id", "message"}
+           {"ev": "exit", "id", "pid", "status", "maxrss_kib", "t"}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import importlib
+import json
+import os
+import resource
+import selectors
+import signal
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+from firepool.agent.entry import python_entry, sys_argv_for
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def set_subreaper() -> bool:
+    """Orphans (setsid'd or double-forked grandchildren) are re-parented to us, not to init,
+    so they stay visible as our descendants in /proc until reset kills them."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def preload(modules: list[str]) -> tuple[list[str], dict[str, str]]:
+    loaded: list[str] = []
+    failed: dict[str, str] = {}
+    for name in modules:
+        try:
+            importlib.import_module(name)
+            loaded.append(name)
+        except Exception as exc:  # a missing optional module must not kill the pod
+            failed[name] = f"{type(exc).__name__}: {exc}"
+    # Objects that exist now are shared copy-on-write with every child; keep the collector
+    # from touching (and so copying) them.
+    gc.collect()
+    gc.freeze()
+    return loaded, failed
+
+
+# --------------------------------------------------------------------------- in the child
+
+
+def _child_setup(req: dict[str, Any], errpipe: int) -> None:
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for path in req.get("cgroup_procs") or ():
+        with open(path, "w") as fh:
+            fh.write(str(os.getpid()))
+    limit = req.get("rlimit_as")
+    if limit:
+        resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    err = os.open(req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.closerange(3, errpipe)
+    os.closerange(errpipe + 1, 1 << 16)
+    os.chdir(req["cwd"])
+
+
+def _fail(errpipe: int, message: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(errpipe, message.encode()[:4000])
+    os._exit(127)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _run_python(req: dict[str, Any], errpipe: int) -> None:
+    """Become the job: CPython's own start-up steps, minus the interpreter start-up."""
+    import runpy
+    import tempfile
+
+    entry = python_entry(req["argv"])
+    assert entry is not None
+    os.environ.clear()
+    os.environ.update(req["env"])
+    tempfile.tempdir = None  # TMPDIR changed: forget the zygote's cached choice
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        with contextlib.suppress(Exception):
+            numpy_random.seed()  # a fresh process would not share the zygote's stream
+    argv, path0 = sys_argv_for(entry, req["cwd"])
+    sys.argv = argv
+    sys.path[:0] = [*req.get("sys_path", ()), path0]
+    # Line-buffered like an interactive CPython, so streamed logs show progress as it happens.
+    enc: dict[str, Any] = {"encoding": "utf-8", "errors": "backslashreplace", "closefd": False}
+    sys.stdout = open(1, "w", buffering=1, **enc)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, **enc)  # noqa: SIM115
+    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+    os.close(errpipe)  # set-up done: the zygote may answer "spawned"
+    code = 0
+    try:
+        if entry.kind == "file":
+            if not os.path.exists(entry.target):
+                print(f"python: can't open file {entry.target!r}", file=sys.stderr)
+                code = 2
+            else:
+                runpy.run_path(entry.target, run_name="__main__")
+        elif entry.kind == "module":
+            runpy.run_module(entry.target, run_name="__main__", alter_sys=True)
+        else:
+            exec(compile(entry.target, "<string>", "exec"), {"__name__": "__main__"})
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    run_exitfuncs = getattr(__import__("atexit"), "_run_exitfuncs", None)
+    if run_exitfuncs is not None:
+        with contextlib.suppress(BaseException):
+            run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def _child(req: dict[str, Any], errpipe: int) -> None:
+    try:
+        _child_setup(req, errpipe)
+        if req["mode"] == "fork":
+            _run_python(req, errpipe)
+        else:
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
+            os.execvpe(req["argv"][0], req["argv"], req["env"])
+    except BaseException as exc:
+        _fail(errpipe, f"{type(exc).__name__}: {exc}")
+    os._exit(127)
+
+
+# --------------------------------------------------------------------------- in the zygote
+
+
+class Zygote:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.jobs: dict[int, tuple[str, float]] = {}
+        self.buffer = b""
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.sendall(json.dumps(message).encode() + b"\n")
+
+    def spawn(self, req: dict[str, Any]) -> None:
+        rfd, wfd = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            os.close(rfd)
+            _child(req, wfd)
+        os.close(wfd)
+        chunks = []
+        while True:
+            chunk = os.read(rfd, 4096)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(rfd)
+        now = time.monotonic()
+        if chunks:
+            self.send({"ev": "spawn_error", "id": req["id"], "message": b"".join(chunks).decode()})
+            # the child exits 127 by itself; reap() collects it as an unknown pid
+            return
+        self.jobs[pid] = (req["id"], now)
+        self.send({"ev": "spawned", "id": req["id"], "pid": pid, "t": now})
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            job = self.jobs.pop(pid, None)
+            if job is not None:
+                self.send(
+                    {
+                        "ev": "exit",
+                        "id": job[0],
+                        "pid": pid,
+                        "status": status,
+                        "maxrss_kib": int(usage.ru_maxrss),
+                        "t": time.monotonic(),
+                    }
+                )
+
+    def handle_input(self) -> bool:
+        data = self.sock.recv(1 << 16)
+        if not data:
+            return False
+        self.buffer += data
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            req = json.loads(line)
+            if req.get("op") == "spawn":
+                self.spawn(req)
+        return True
+
+    def serve(self) -> None:
+        rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        sel = selectors.DefaultSelector()
+        sel.register(self.sock, selectors.EVENT_READ, "sock")
+        sel.register(rfd, selectors.EVENT_READ, "sig")
+        self.reap()
+        while True:
+            for key, _ in sel.select():
+                if key.data == "sig":
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(rfd, 4096)
+                    self.reap()
+                elif not self.handle_input():
+                    return  # the agent is gone: so is the pod
+
+
+def main(argv: list[str]) -> int:
+    fd = int(argv[0])
+    modules = [m for m in argv[1].split(",") if m] if len(argv) > 1 else []
+    sock = socket.socket(fileno=fd)
+    set_subreaper()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    loaded, failed = preload(modules)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    zygote = Zygote(sock)
+    zygote.send({"ev": "ready", "pid": os.getpid(), "modules": loaded, "failed": failed})
+    zygote.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,130 @@
+"""What every pod backend offers the service: the `PodBackend` Protocol and a base class.
+
+Callers never ask *which* backend they hold (`if backend == "local"`): they read its
+`capabilities` (can pods share a device for standbys? does `list_pods` survive a broker
+restart? which memory limit mechanism?) and behave accordingly, the way dstack's backends
+advertise features instead of being switched on by name.
+
+A pod record is plain data: the agent URL and secret to talk to it, the devices it is bound
+to, and free-form annotations (owner, hold, lease tag, queue, role...) the backend persists so
+that a restarted broker rebuilds ownership and holds from `list_pods()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from pydantic import Field
+
+from firepool.backends.agent_client import AgentClient
+from firepool.model import PodRole, PoolSpec, StrictModel, UnavailableError
+from firepool.protocol import Health
+
+
+@dataclass(frozen=True)
+class BackendCapabilities:
+    """What a backend can do; the service consults these instead of the backend's name."""
+
+    name: str
+    #: Pods get their own mount namespace with private /dev/shm and /tmp.
+    private_scratch: bool
+    #: How devices are found: "nvml", "fake" or "none".
+    device_discovery: str
+    #: Several pods may be pinned to one physical device (standbys).
+    shared_devices: bool
+    #: `list_pods()` finds pods created by an earlier broker process.
+    durable_state: bool
+    #: How the pool memory limit is enforced, as far as the backend can tell in advance.
+    memory_limit: str
+
+
+class PodCreate(StrictModel):
+    pool: PoolSpec
+    role: PodRole = PodRole.ACTIVE
+    #: Pin to these devices (a standby shares its active's card); None = allocate free ones.
+    devices: tuple[str, ...] | None = None
+    annotations: dict[str, str] = Field(default_factory=dict)
+    #: Where the agent pushes exit events (`protocol.ExitEvent`), None = only polled.
+    callback_url: str | None = None
+    name: str | None = None
+
+
+class PodRecord(StrictModel):
+    name: str
+    pool: str
+    role: PodRole
+    agent_url: str
+    secret: str
+    devices: tuple[str, ...] = ()
+    created_at: float
+    template_version: int = 1
+    pid: int = 0
+    isolation: str = ""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    #: False when the pod's process is gone (found on disk after a restart, or crashed).
+    alive: bool = True
+
+
+@runtime_checkable
+class PodBackend(Protocol):
+    @property
+    def capabilities(self) -> BackendCapabilities: ...
+
+    async def create(self, request: PodCreate) -> PodRecord:
+        """Start a pod; returns at once (the pod is STARTING). Await `wait_ready` next."""
+        ...
+
+    async def wait_ready(self, name: str, timeout: float = 60.0) -> Health:
+        """Until the pod's agent answers healthy and its warm interpreter is up."""
+        ...
+
+    async def delete(self, name: str) -> None:
+        """Stop every process of the pod and remove its workspace; idempotent."""
+        ...
+
+    async def list_pods(self) -> list[PodRecord]: ...
+
+    async def get(self, name: str) -> PodRecord | None: ...
+
+    async def annotate(self, name: str, changes: Mapping[str, str | None]) -> PodRecord:
+        """Set (or, with None, remove) annotations, persisted before returning."""
+        ...
+
+    def agent(self, pod: PodRecord) -> AgentClient: ...
+
+
+class BaseBackend:
+    """Shared behaviour: readiness by polling the agent's health."""
+
+    async def get(self, name: str) -> PodRecord | None:
+        raise NotImplementedError
+
+    def agent(self, pod: PodRecord) -> AgentClient:
+        return AgentClient(pod.agent_url, pod.secret)
+
+    async def _check_alive(self, name: str) -> None:
+        """Raise if the pod died while we waited for it (backends override)."""
+
+    async def wait_ready(self, name: str, timeout: float = 60.0) -> Health:
+        pod = await self.get(name)
+        if pod is None:
+            raise UnavailableError(f"pod {name} does not exist")
+        deadline = time.monotonic() + timeout
+        pause = 0.005
+        async with self.agent(pod) as client:
+            while True:
+                await self._check_alive(name)
+                try:
+                    health = await client.health()
+                    if health.ready and health.ok:
+                        return health
+                except UnavailableError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise UnavailableError(f"pod {name} not ready after {timeout:.0f}s")
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.1)

@@ -1,0 +1,296 @@
+"""Messages between the broker and the in-pod agent.
+
+Both sides import this module and nothing else of each other, so the wire contract lives in one
+place. Every request model rejects unknown fields (via `StrictModel`): an agent older or newer
+than the broker fails loudly on a field it does not know instead of silently ignoring it.
+
+Authentication: every agent endpoint takes `Authorization: Bearer <pod secret>`, a secret the
+backend generates per pod. The agent pushes exit events to the callback URL it was given at
+pod creation with the same header, so the broker can tell which pod is speaking.
+
+HTTP surface of the agent (JSON bodies, errors as `{"error", "message", "field"}`):
+
+    GET  /v1/health                              -> Health
+    POST /v1/attempts            LaunchRequest   -> LaunchResponse
+    GET  /v1/attempts/{attempt}                  -> AttemptStatus
+    GET  /v1/attempts/{attempt}/logs?stream=stdout|stderr&offset=N&follow=0|1 -> bytes (chunked)
+    POST /v1/attempts/{attempt}/stop StopRequest -> AttemptStatus (after the leader exited)
+    POST /v1/reset                               -> ResetResult
+
+Exit event, pushed as `POST <callback_url>` with body `ExitEvent` (retried with back-off until
+the broker answers 2xx; the same facts stay readable through `GET /v1/attempts/{attempt}`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from enum import StrEnum
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from firepool.model import (
+    BadPackageError,
+    ConflictError,
+    ErrorCode,
+    FirepoolError,
+    ForbiddenEnvError,
+    NotFoundError,
+    PayloadTooLargeError,
+    RequestValidationError,
+    StrictModel,
+    UnauthorizedError,
+    UnavailableError,
+    forbidden_env_reason,
+    parse_attempt_id,
+)
+
+PROTOCOL_VERSION = 1
+
+_DIGEST = r"^sha256:[0-9a-f]{64}$"
+Digest = Annotated[str, Field(pattern=_DIGEST)]
+
+
+def sha256_digest(data: bytes) -> str:
+    """The digest format used for packages and requirements files: `sha256:<hex>`."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class LaunchFailedError(FirepoolError):
+    """The attempt could not be started (bad argv, fetch failure, dirty pod...)."""
+
+    code: ClassVar[ErrorCode] = ErrorCode.LAUNCH_FAILED
+
+
+class DependencyInstallFailedError(FirepoolError):
+    code: ClassVar[ErrorCode] = ErrorCode.DEPENDENCY_INSTALL_FAILED
+
+
+#: Error class string -> exception type, so a client re-raises what the agent raised.
+ERRORS_BY_CODE: dict[str, type[FirepoolError]] = {
+    cls.code.value: cls
+    for cls in (
+        BadPackageError,
+        ConflictError,
+        ForbiddenEnvError,
+        NotFoundError,
+        PayloadTooLargeError,
+        RequestValidationError,
+        UnauthorizedError,
+        UnavailableError,
+        LaunchFailedError,
+        DependencyInstallFailedError,
+    )
+}
+
+
+def error_from_body(body: object, status: int) -> FirepoolError:
+    """Rebuild the typed error an agent (or broker) sent as `{"error", "message", "field"}`."""
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        cls = ERRORS_BY_CODE.get(body["error"], FirepoolError)
+        field = body.get("field")
+        return cls(str(body.get("message", "")), field=field if isinstance(field, str) else None)
+    return FirepoolError(f"agent answered HTTP {status}: {body!r}")
+
+
+# --------------------------------------------------------------------------- launch
+
+
+class PackageRef(StrictModel):
+    """Where the agent fetches the job's code: streamed from the broker or a presigned URL."""
+
+    digest: Digest
+    url: Annotated[str, Field(min_length=1, max_length=8192)]
+    #: Value of the Authorization header for the fetch, if the URL needs one.
+    authorization: str | None = None
+
+
+class RequirementsRef(StrictModel):
+    """A requirements file carried inline; the digest names the install marker."""
+
+    digest: Digest
+    text: Annotated[str, Field(max_length=1_000_000)]
+
+    @model_validator(mode="after")
+    def _digest_matches(self) -> RequirementsRef:
+        if sha256_digest(self.text.encode()) != self.digest:
+            raise ValueError("requirements digest does not match its text")
+        return self
+
+    @classmethod
+    def of(cls, text: str) -> RequirementsRef:
+        return cls(digest=sha256_digest(text.encode()), text=text)
+
+
+class LaunchRequest(StrictModel):
+    """Start one attempt. Topology variables are injected by the executor and may set names a
+    caller may not (RANK, MASTER_ADDR...); caller `env` is re-filtered by the agent."""
+
+    attempt: Annotated[str, Field(min_length=3, max_length=300)]
+    argv: Annotated[list[str], Field(min_length=1)]
+    env: dict[str, str] = Field(default_factory=dict)
+    topology_env: dict[str, str] = Field(default_factory=dict)
+    package: PackageRef | None = None
+    requirements: RequirementsRef | None = None
+    timeout_s: Annotated[float, Field(gt=0)] | None = None
+    #: Start Python entry points by forking the warm interpreter when the pod has one.
+    warm: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> LaunchRequest:
+        parse_attempt_id(self.attempt)
+        for name in self.env:
+            reason = forbidden_env_reason(name)
+            if reason is not None:
+                raise ForbiddenEnvError(f"environment variable {name}: {reason}", field="env")
+        return self
+
+
+class LaunchMode(StrEnum):
+    FORK = "fork"  # forked from the warm interpreter (zygote)
+    EXEC = "exec"  # fork + exec of argv
+
+
+class LaunchResponse(StrictModel):
+    attempt: str
+    pid: int
+    mode: LaunchMode
+    #: Wall-clock time (epoch seconds) the process was started.
+    started_at: float
+    #: Seconds spent fetching + unpacking the package and installing requirements.
+    prepare_s: float = 0.0
+    package_cached: bool = False
+    requirements_cached: bool = False
+    #: True when this attempt id was already launched: nothing new was started.
+    duplicate: bool = False
+
+
+# --------------------------------------------------------------------------- status / exit
+
+
+class AttemptPhase(StrEnum):
+    RUNNING = "running"
+    EXITED = "exited"
+
+
+class StopReason(StrEnum):
+    STOP = "stop"  # the broker asked (cancel, resize, release)
+    TIMEOUT = "timeout"  # the attempt's timeout_s passed
+    SHUTDOWN = "shutdown"  # the agent itself is shutting down
+
+
+class ExitEvent(StrictModel):
+    """What the agent pushes when an attempt's leader process ends.
+
+    `exit_code` is set when the process exited, `signal` when a signal killed it (then
+    `exit_code` is None). `oom` is True when the memory limit killed it; `oom_source` says how
+    that was decided: `cgroup` (the kernel's OOM counter for the attempt's cgroup rose) or
+    `heuristic` (SIGKILL not sent by the agent with peak RSS near the limit, or a MemoryError
+    under RLIMIT_AS). `stop_reason` is set when the agent itself signalled the process.
+    """
+
+    kind: Literal["exit"] = "exit"
+    pod: str
+    attempt: str
+    exit_code: int | None
+    signal: int | None = None
+    oom: bool = False
+    oom_source: Literal["cgroup", "heuristic"] | None = None
+    stop_reason: StopReason | None = None
+    runtime_s: float
+    started_at: float
+    finished_at: float
+    max_rss_kib: int = 0
+
+
+class AttemptStatus(StrictModel):
+    attempt: str
+    phase: AttemptPhase
+    pid: int
+    mode: LaunchMode
+    started_at: float
+    exit: ExitEvent | None = None
+
+
+class StopRequest(StrictModel):
+    grace_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
+
+
+# --------------------------------------------------------------------------- reset / health
+
+
+class ResetResult(StrictModel):
+    """`clean` is True only when every step was confirmed; otherwise `reason` says what was not,
+    and the broker must delete the pod instead of reusing it."""
+
+    clean: bool
+    reason: str | None = None
+    duration_ms: float
+    killed: int = 0
+    files_removed: int = 0
+    #: Steps that ran, in order, with their cost in milliseconds (for the benchmark tables).
+    steps_ms: dict[str, float] = Field(default_factory=dict)
+
+
+class IsolationMode(StrEnum):
+    PRIVATE = "private"  # own mount namespace: private tmpfs on /dev/shm and /tmp
+    PRIVATE_SHM = "private-shm"  # own namespace, private /dev/shm; tmp only via TMPDIR
+    WEAK = "weak"  # shared /dev/shm and /tmp; per-pod dirs exported as TMPDIR only
+
+
+class MemoryLimitMode(StrEnum):
+    CGROUP2 = "cgroup2"
+    CGROUP1 = "cgroup1"
+    RLIMIT = "rlimit"  # RLIMIT_AS on each attempt's processes
+    NONE = "none"
+
+
+class Health(StrictModel):
+    protocol: int = PROTOCOL_VERSION
+    pod: str
+    ok: bool
+    ready: bool
+    #: None when idle and clean; the current/last attempt otherwise.
+    attempt: str | None = None
+    dirty: bool = False
+    unclean_reason: str | None = None
+    isolation: IsolationMode
+    memory_limit: MemoryLimitMode
+    process_tracking: list[str] = Field(default_factory=list)
+    warm_modules: list[str] = Field(default_factory=list)
+    devices: list[str] = Field(default_factory=list)
+    pid: int
+
+
+# --------------------------------------------------------------------------- agent config
+
+
+class AgentConfig(StrictModel):
+    """Written by the backend to a 0600 file; the agent reads it at start. It never travels on
+    the command line, so the secret does not show up in `ps`."""
+
+    pod: str
+    secret: Annotated[str, Field(min_length=16)]
+    pod_dir: str
+    #: `NAME=VALUE` put into every job's environment; reset and delete find stray processes by
+    #: it. Chosen by the backend so that it too can sweep the pod after a broker restart.
+    marker: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{8,200}$")] | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    callback_url: str | None = None
+    isolation: IsolationMode = IsolationMode.WEAK
+    preload_modules: tuple[str, ...] = ()
+    memory_limit_mib: int | None = None
+    devices: tuple[str, ...] = ()
+    device_memory_mib: int | None = None
+    #: Volumes emptied on every reset, and read-only caches that are kept.
+    wipe_volumes: tuple[str, ...] = ()
+    keep_caches: tuple[str, ...] = ()
+    #: Upper bound for confirming every process is gone after SIGKILL.
+    verify_timeout_s: float = 2.0
+    #: Test hook: inject faults by name (`verify` makes every reset report unclean).
+    faults: tuple[str, ...] = ()
+    extra_env: dict[str, str] = Field(default_factory=dict)

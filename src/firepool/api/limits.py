@@ -1,0 +1,73 @@
+"""Request body caps, enforced before a route reads the body.
+
+A pure ASGI middleware (no per-request task or buffering): a declared Content-Length over
+the cap is refused at once, and a body sent without one is counted as it streams and cut off
+at the cap. Uploads under `/v1/packages` get the package cap; every other route the JSON cap.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from firepool.api.errors import error_response
+from firepool.model import ErrorCode
+
+DEFAULT_JSON_BYTES = 4 * 1024 * 1024
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, *, json_bytes: int, upload_bytes: int) -> None:
+        self.app = app
+        self.json_bytes = json_bytes
+        self.upload_bytes = upload_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        upload = scope["path"].startswith("/v1/packages")
+        cap = self.upload_bytes if upload else self.json_bytes
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -1
+                if declared > cap:
+                    await self._refuse(scope, receive, send, cap)
+                    return
+        seen = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > cap:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._refuse(scope, receive, send, cap)
+
+    @staticmethod
+    async def _refuse(scope: Scope, receive: Receive, send: Send, cap: int) -> None:
+        response = error_response(
+            ErrorCode.PAYLOAD_TOO_LARGE, f"request body exceeds {cap} bytes", "body"
+        )
+        response.headers["Connection"] = "close"
+        await response(scope, receive, send)

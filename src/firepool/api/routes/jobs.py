@@ -1,0 +1,109 @@
+"""`/v1/jobs`: submit, read, list, cancel, logs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from firepool.api.context import Caller, Context
+from firepool.api.routes.common import errors, json_response, refuse_unknown_query
+from firepool.api.schemas import JobListOut, JobOut, LogsOut
+from firepool.api.services import jobs as service
+from firepool.model import JobSpec, JobState
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+JobId = Annotated[str, Query(min_length=1, max_length=64)]
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=JobOut,
+    responses={
+        200: {"model": JobOut, "description": "an earlier submission with the same request_id"},
+        **errors(401, 409, 413, 422),
+    },
+)
+async def submit_job(spec: JobSpec, context: Context, caller: Caller) -> Response:
+    """Submit a job. With `request_id`, a retried submission returns the first job (200)."""
+    submitted = await run_in_threadpool(service.submit, context, caller, spec)
+    return json_response(JobOut.of(submitted.job), 201 if submitted.created else 200)
+
+
+@router.get("", response_model=JobListOut, responses=errors(401, 422))
+async def list_jobs(
+    request: Request,
+    context: Context,
+    caller: Caller,
+    state: Annotated[list[JobState] | None, Query()] = None,
+    pool: Annotated[str | None, Query(max_length=63)] = None,
+    queue: Annotated[str | None, Query(max_length=128)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Response:
+    """The caller's own jobs, oldest first, filtered by state (repeatable), pool and queue."""
+    refuse_unknown_query(request, {"state", "pool", "queue", "limit"})
+    found = await run_in_threadpool(
+        lambda: service.list_own(
+            context, caller, states=state or (), pool=pool, queue=queue, limit=limit
+        )
+    )
+    return json_response(JobListOut.model_construct(jobs=[JobOut.of(j) for j in found]))
+
+
+@router.get("/{job_id}", response_model=JobOut, responses=errors(401, 404))
+async def get_job(job_id: str, context: Context, caller: Caller) -> Response:
+    job = await run_in_threadpool(service.get_own, context, caller, job_id)
+    return json_response(JobOut.of(job))
+
+
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobOut,
+    responses={
+        202: {"model": JobOut, "description": "running; the stop is pending"},
+        **errors(401, 404, 409),
+    },
+)
+async def cancel_job(job_id: str, context: Context, caller: Caller) -> Response:
+    """Cancel. A queued job is CANCELLED at once (200); a running one is marked and stopped by
+    the dispatcher (202, `cancel_requested: true`); a finished job is returned unchanged."""
+    job = await run_in_threadpool(service.cancel, context, caller, job_id)
+    pending = job.state == JobState.RUNNING
+    return json_response(JobOut.of(job), 202 if pending else 200)
+
+
+@router.get("/{job_id}/logs", response_model=LogsOut, responses=errors(401, 404, 422))
+async def job_logs(
+    request: Request,
+    job_id: str,
+    context: Context,
+    caller: Caller,
+    attempt: Annotated[int | None, Query(ge=0, le=1000)] = None,
+    offset: Annotated[int, Query(ge=0, le=2**53)] = 0,
+    limit: Annotated[int, Query(ge=1, le=4 * 1024 * 1024)] = 1024 * 1024,
+) -> Response:
+    """A byte range of one attempt's log (default: the current attempt). Poll with
+    `offset=next_offset` to follow a running job; `complete` says the log will not grow."""
+    refuse_unknown_query(request, {"attempt", "offset", "limit"})
+    job, retry, chunk = await run_in_threadpool(
+        lambda: service.read_logs(
+            context, caller, job_id, attempt=attempt, offset=offset, limit=limit
+        )
+    )
+    next_offset = chunk.offset + len(chunk.data)
+    finished = job.state.terminal or retry < job.retries
+    return json_response(
+        LogsOut(
+            job=job.id,
+            attempt=f"{job.id}:{retry}",
+            offset=chunk.offset,
+            next_offset=next_offset,
+            size=chunk.size,
+            data=chunk.data.decode("utf-8", errors="replace"),
+            complete=finished and next_offset >= chunk.size,
+        )
+    )

@@ -1,0 +1,33 @@
+"""Pools, health and metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from firepool.api.context import Caller, Context
+from firepool.api.routes.common import errors, json_response
+from firepool.api.schemas import HealthOut, PoolListOut
+
+router = APIRouter()
+
+
+@router.get("/v1/pools", response_model=PoolListOut, tags=["pools"], responses=errors(401))
+async def list_pools(context: Context, _caller: Caller) -> Response:
+    return json_response(PoolListOut(pools=list(context.pools())))
+
+
+@router.get("/healthz", response_model=HealthOut, tags=["system"])
+async def healthz() -> Response:
+    return json_response(HealthOut(status="ok"))
+
+
+@router.get(
+    "/metrics",
+    tags=["system"],
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+async def metrics(context: Context) -> Response:
+    return Response(generate_latest(context.metrics.registry), media_type=CONTENT_TYPE_LATEST)

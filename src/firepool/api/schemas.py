@@ -1,0 +1,112 @@
+"""The API's response bodies: the resource shapes the OpenAPI document publishes.
+
+Requests use the shared `JobSpec`; everything here derives from the one strict base
+(`StrictModel`, `extra="forbid"`), so clients generated from the document see closed objects.
+"""
+
+from __future__ import annotations
+
+from firepool.model import (
+    AcquisitionPath,
+    ErrorCode,
+    JobSpec,
+    JobState,
+    PoolSpec,
+    StrictModel,
+)
+from firepool.store import JobRecord
+
+
+class ErrorOut(StrictModel):
+    error: ErrorCode
+    message: str
+    field: str | None = None
+
+
+class PodOut(StrictModel):
+    rank: int
+    name: str
+    pool: str
+    acquisition: AcquisitionPath
+    reason: str
+
+
+class TimingsOut(StrictModel):
+    submitted: float | None = None
+    assigned: float | None = None
+    started: float | None = None
+    first_instruction: float | None = None
+    finished: float | None = None
+
+
+class JobOut(StrictModel):
+    id: str
+    state: JobState
+    attempt: str
+    version: int
+    pool: str
+    queue: str
+    lease_tag: str
+    request_id: str | None
+    exit_code: int | None
+    error_class: ErrorCode | None
+    message: str | None
+    retries: int
+    cancel_requested: bool
+    pods: list[PodOut]
+    timings: TimingsOut
+    spec: JobSpec
+
+    @classmethod
+    def of(cls, job: JobRecord) -> JobOut:
+        return cls.model_construct(
+            id=job.id,
+            state=job.state,
+            attempt=job.attempt,
+            version=job.version,
+            pool=job.spec.pool,
+            queue=job.spec.queue,
+            lease_tag=job.spec.lease_tag,
+            request_id=job.spec.request_id,
+            exit_code=job.exit_code,
+            error_class=job.error_class,
+            message=job.message,
+            retries=job.retries,
+            cancel_requested=job.cancel_requested,
+            pods=[
+                PodOut.model_construct(
+                    rank=p.rank, name=p.pod, pool=p.pool, acquisition=p.acquisition, reason=p.reason
+                )
+                for p in job.pods
+            ],
+            timings=TimingsOut.model_construct(None, **job.timings),
+            spec=job.spec,
+        )
+
+
+class JobListOut(StrictModel):
+    jobs: list[JobOut]
+
+
+class PackageOut(StrictModel):
+    digest: str
+    size: int
+    created: bool
+
+
+class PoolListOut(StrictModel):
+    pools: list[PoolSpec]
+
+
+class LogsOut(StrictModel):
+    job: str
+    attempt: str
+    offset: int
+    next_offset: int
+    size: int
+    data: str
+    complete: bool
+
+
+class HealthOut(StrictModel):
+    status: str

@@ -1,0 +1,1 @@
+"""What the API does, apart from HTTP: routes parse and answer, services decide."""

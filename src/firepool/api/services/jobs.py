@@ -1,0 +1,83 @@
+"""Job operations on behalf of an authenticated caller.
+
+Ownership is checked here, once: a job of another caller is reported exactly like a job that
+does not exist (NotFound), so job ids cannot be probed across callers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from firepool.api.context import ApiContext
+from firepool.api.logs import LogChunk
+from firepool.model import (
+    JobSpec,
+    JobState,
+    NotFoundError,
+    RequestValidationError,
+    UnknownPoolError,
+)
+from firepool.store import JobRecord, Submitted
+
+
+def submit(context: ApiContext, caller: str, spec: JobSpec) -> Submitted:
+    pool = context.pool(spec.pool)
+    if pool is None:
+        known = ", ".join(sorted(p.name for p in context.pools())) or "none configured"
+        raise UnknownPoolError(f"unknown pool {spec.pool!r} (known: {known})", field="pool")
+    if spec.pods > pool.max_count:
+        raise RequestValidationError(
+            f"pods: {spec.pods} exceeds pool {pool.name}'s ceiling of {pool.max_count}",
+            field="pods",
+        )
+    if spec.package is not None and context.packages.path(spec.package) is None:
+        raise RequestValidationError(
+            f"package {spec.package} has not been uploaded (POST /v1/packages first)",
+            field="package",
+        )
+    submitted = context.store.submit(caller, spec, now=context.clock())
+    if submitted.created:
+        context.metrics.jobs_submitted.inc()
+        context.hooks.job_submitted(submitted.job)
+    else:
+        context.metrics.submit_replays.inc()
+    return submitted
+
+
+def get_own(context: ApiContext, caller: str, job_id: str) -> JobRecord:
+    job = context.store.get(job_id)
+    if job is None or job.caller != caller:
+        raise NotFoundError(f"job {job_id} not found", field="id")
+    return job
+
+
+def list_own(
+    context: ApiContext,
+    caller: str,
+    *,
+    states: Collection[JobState],
+    pool: str | None,
+    queue: str | None,
+    limit: int,
+) -> list[JobRecord]:
+    return context.store.list_jobs(
+        caller=caller, states=states, pool=pool, queue=queue, limit=limit
+    )
+
+
+def cancel(context: ApiContext, caller: str, job_id: str) -> JobRecord:
+    before = get_own(context, caller, job_id)
+    after = context.store.cancel(before.id, now=context.clock())
+    if after.state == JobState.RUNNING and after.cancel_requested and not before.cancel_requested:
+        context.hooks.cancel_requested(after)
+    return after
+
+
+def read_logs(
+    context: ApiContext, caller: str, job_id: str, *, attempt: int | None, offset: int, limit: int
+) -> tuple[JobRecord, int, LogChunk]:
+    job = get_own(context, caller, job_id)
+    retry = job.retries if attempt is None else attempt
+    if retry > job.retries:
+        raise NotFoundError(f"job {job_id} has no attempt {retry}", field="attempt")
+    return job, retry, context.logs.read(job.id, retry, offset=offset, limit=limit)

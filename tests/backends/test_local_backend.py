@@ -1,0 +1,165 @@
+"""The local backend: create/ready/delete, state-file rebuild, device binding, isolation modes."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import threading
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pod_helpers import backend_at, json_job, make_pod, pods_processes, run_job
+
+from firepool.agent import procfs
+from firepool.backends.base import PodBackend, PodCreate
+from firepool.backends.local import LocalBackend
+from firepool.model import PodRole, PoolSpec, UnavailableError
+from firepool.protocol import IsolationMode, LaunchRequest, PackageRef, sha256_digest
+
+pytestmark = pytest.mark.timeout(120)
+
+CPU = PoolSpec(name="cpu", memory_mib_per_pod=512)
+GPU = PoolSpec(name="gpu", accelerator="fake", accelerators_per_pod=1, standbys_per_active=1)
+
+
+def _cgroup_dirs(pod_dir: Path) -> list[str]:
+    try:
+        return (pod_dir / "agent.cgroups").read_text().split()
+    except OSError:
+        return []
+
+
+def test_create_ready_delete_leaves_nothing() -> None:
+    with backend_at("life") as (backend, loop, root):
+        assert isinstance(backend, PodBackend)
+        record = loop.run(backend.create(PodCreate(pool=CPU, annotations={"owner": "alice"})))
+        assert record.agent_url.startswith("http://127.0.0.1:")
+        health = loop.run(backend.wait_ready(record.name))
+        assert health.ok and health.pod == record.name
+        expected = (
+            IsolationMode.PRIVATE if backend.capabilities.private_scratch else IsolationMode.WEAK
+        )
+        assert health.isolation is expected
+        cgroups = _cgroup_dirs(root / record.name)
+        client = backend.agent(record)
+        loop.run(run_job(client, "a:0", ["sh", "-c", "sleep 100 & sleep 100 & echo started"]))
+        assert len(pods_processes(root)) >= 1
+        loop.run(backend.delete(record.name))
+        assert not (root / record.name).exists()
+        assert pods_processes(root) == []
+        assert not procfs.alive(record.pid)
+        assert all(not os.path.exists(d) for d in cgroups)
+        assert loop.run(backend.list_pods()) == []
+        loop.run(backend.delete(record.name))  # idempotent
+
+
+def test_restarted_backend_rebuilds_pods_and_holds_from_state_files() -> None:
+    with backend_at("restart") as (backend, loop, root):
+        record, _ = loop.run(make_pod(backend, CPU, annotations={"owner": "alice"}))
+        loop.run(backend.annotate(record.name, {"hold_until": "123.5", "owner": "alice"}))
+        again = LocalBackend(root)  # a new broker process over the same root
+        pods = loop.run(again.list_pods())
+        assert [(p.name, p.alive) for p in pods] == [(record.name, True)]
+        assert pods[0].annotations["hold_until"] == "123.5"
+        assert pods[0].secret == record.secret
+        _event, out = loop.run(run_job(again.agent(pods[0]), "r:0", ["echo", "hi"]))
+        assert out.strip() == "hi"
+        loop.run(again.annotate(record.name, {"hold_until": None}))
+        assert "hold_until" not in LocalBackend(root)._records[record.name].annotations
+        loop.run(again.delete(record.name))
+        assert not procfs.alive(record.pid)
+        assert loop.run(again.list_pods()) == []
+
+
+def test_crashed_agent_is_reported_dead_and_deleted_cleanly() -> None:
+    with backend_at("crash") as (backend, loop, root):
+        record, client = loop.run(make_pod(backend, CPU))
+        loop.run(client.launch(LaunchRequest(attempt="c:0", argv=["sleep", "100"])))
+        os.kill(record.pid, signal.SIGKILL)
+        backend._procs[record.name].wait(5)
+        pod = loop.run(backend.get(record.name))
+        assert pod is not None and not pod.alive
+        loop.run(backend.delete(record.name))
+        assert pods_processes(root) == []
+
+
+def test_gpu_pods_bind_one_device_by_uuid_and_standbys_share_it() -> None:
+    with backend_at("gpu", fake_devices=["GPU-aaaa", "GPU-bbbb"]) as (backend, loop, _root):
+        assert backend.capabilities.device_discovery == "fake"
+        first, c1 = loop.run(make_pod(backend, GPU))
+        second, _ = loop.run(make_pod(backend, GPU))
+        assert {first.devices, second.devices} == {("GPU-aaaa",), ("GPU-bbbb",)}
+        with pytest.raises(UnavailableError):
+            loop.run(backend.create(PodCreate(pool=GPU)))
+        _standby, c3 = loop.run(make_pod(backend, GPU, role=PodRole.STANDBY, devices=first.devices))
+        code = """
+        import os, json
+        print(json.dumps({k: v for k, v in os.environ.items() if k.startswith("CUDA")}))
+        """
+        seen = loop.run(json_job(c1, "g:0", code))
+        assert seen["CUDA_VISIBLE_DEVICES"] == first.devices[0]
+        assert seen["CUDA_DEVICE_MEMORY_LIMIT_0"] == "16384m"
+        assert seen["CUDA_DEVICE_MEMORY_SHARED_CACHE"].endswith("g_0.cache")
+        seen = loop.run(json_job(c3, "s:0", code))
+        assert seen["CUDA_VISIBLE_DEVICES"] == first.devices[0]
+
+
+def test_weak_isolation_is_explicit_and_uses_pod_tmpdir() -> None:
+    with backend_at("weak", isolation="weak") as (backend, loop, root):
+        assert not backend.capabilities.private_scratch
+        record, client = loop.run(make_pod(backend, CPU))
+        health = loop.run(client.health())
+        assert health.isolation is IsolationMode.WEAK
+        code = "import tempfile, json; print(json.dumps(tempfile.gettempdir()))"
+        assert loop.run(json_job(client, "w:0", code)) == str(root / record.name / "tmp")
+        assert "weaker isolation" in (root / record.name / "agent.log").read_text()
+
+
+class _Serve:
+    def __init__(self, data: bytes) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/pkg"
+
+
+def test_package_is_fetched_unpacked_and_cached_per_pod() -> None:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("main.py", "import helper; print(helper.VALUE)")
+        zf.writestr("helper.py", "VALUE = 'from-package'")
+    data = buf.getvalue()
+    serve = _Serve(data)
+    ref = PackageRef(digest=sha256_digest(data), url=serve.url)
+    try:
+        with backend_at("pkg") as (backend, loop, _root):
+            _record, client = loop.run(make_pod(backend, CPU))
+            for retry, cached in ((0, False), (1, True)):
+                attempt = f"p:{retry}"
+                resp = loop.run(
+                    client.launch(
+                        LaunchRequest(attempt=attempt, argv=["python", "main.py"], package=ref)
+                    )
+                )
+                assert resp.package_cached is cached and resp.mode.value == "fork"
+                from pod_helpers import read_log, wait_exit
+
+                loop.run(wait_exit(client, attempt))
+                assert loop.run(read_log(client, attempt)).strip() == "from-package"
+                assert loop.run(client.reset()).clean
+    finally:
+        serve.server.shutdown()
+        serve.server.server_close()

@@ -15,10 +15,6 @@ from firepool.model import ErrorCode
 DEFAULT_JSON_BYTES = 4 * 1024 * 1024
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class BodyLimit:
     def __init__(self, app: ASGIApp, *, json_bytes: int, upload_bytes: int) -> None:
         self.app = app
@@ -41,27 +37,37 @@ class BodyLimit:
                     await self._refuse(scope, receive, send, cap)
                     return
         seen = 0
-        started = False
+        over = False
+        replaced = False
 
         async def counting_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, over
+            if over:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > cap:
-                    raise _TooLarge
+                    # Stop feeding the app. Whatever it answers (a framework may turn a cut
+                    # body into its own 400), the client gets our 413 instead.
+                    over = True
+                    return {"type": "http.disconnect"}
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
+        async def guarded_send(message: Message) -> None:
+            nonlocal replaced
+            if not over:
+                await send(message)
+            elif not replaced and message["type"] == "http.response.start":
+                replaced = True
+                await self._refuse(scope, receive, send, cap)
 
         try:
-            await self.app(scope, counting_receive, tracking_send)
-        except _TooLarge:
-            if not started:
+            await self.app(scope, counting_receive, guarded_send)
+        except Exception:
+            if not over:
+                raise
+            if not replaced:
                 await self._refuse(scope, receive, send, cap)
 
     @staticmethod

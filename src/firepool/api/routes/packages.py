@@ -24,7 +24,10 @@ router = APIRouter(prefix="/v1/packages", tags=["packages"])
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}},
+            "content": {
+                kind: {"schema": {"type": "string", "format": "binary"}}
+                for kind in ("application/zip", "application/octet-stream")
+            },
         }
     },
 )

@@ -269,6 +269,11 @@ class Tracker:
         """The pod's agent answers: it becomes never-used idle supply."""
         with self._lock:
             pod = self._pod(name)
+            if pod.state is not _S_STARTING:
+                raise InvalidTransitionError(
+                    f"pod {name} is {pod.state.value}, not starting: a duplicate ready event?",
+                    field="name",
+                )
             self._set_state(pod, _S_IDLE)
             pod.idle_since = now
             index = self._pools[pod.pool]

@@ -1,0 +1,1 @@
+"""Factories for tests and benchmarks: real objects, built with fewer keystrokes."""

@@ -44,7 +44,7 @@ def paths(got: object) -> list[tuple[str, AcquisitionPath, AcquisitionReason]]:
 
 def test_placement_prefers_own_session_then_recycled_then_fresh() -> None:
     t = Tracker([cpu_pool(idle_timeout=100)])
-    a, b, c = ready_pods(t, "cpu", 3)
+    _a, b, c = ready_pods(t, "cpu", 3)
     run_job(t, request("j1", tag="s1"), 1.0)  # takes c (newest never-used), holds it
     assert t.get(c).state is PodState.HELD
     assert paths(t.claim(request("j2", tag="s1"), 3.0)) == [(c, W, R.SAME_SESSION)]

@@ -1,0 +1,115 @@
+"""Dispatcher decisions shared by the service and the simulator: queue order, one dispatch
+pass over the tracker, and what an attempt's end means for its job.
+
+The five-step job path (claim -> prepare -> durable commit -> mark pods -> launch) is executed
+by the drivers; what is decided here is which jobs claim in which order and, when an attempt
+ends, whether the job succeeded, failed with which error class, or is retried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from firepool.control.records import ClaimRequest, Lease, Wait
+from firepool.control.tracker import Tracker
+from firepool.model import ErrorCode, JobState
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A queued job as the dispatcher orders it: higher priority first, then oldest first."""
+
+    request: ClaimRequest
+    priority: int = 0
+    submitted_at: float = 0.0
+
+    @property
+    def order_key(self) -> tuple[int, float, str]:
+        return (-self.priority, self.submitted_at, self.request.job)
+
+
+@dataclass(slots=True)
+class DispatchPass:
+    leases: list[Lease]
+    waiting: list[Wait]
+
+
+def dispatch_pass(tracker: Tracker, queued: Iterable[QueuedJob], now: float) -> DispatchPass:
+    """Claim for every queued job in order. A job that cannot be placed is skipped, not
+    waited on, so a large gang never blocks the smaller jobs behind it (and holds no pods while
+    it waits: claims are all or nothing)."""
+    result = DispatchPass([], [])
+    for job in sorted(queued, key=lambda j: j.order_key):
+        outcome = tracker.claim(job.request, now)
+        if isinstance(outcome, Lease):
+            result.leases.append(outcome)
+        else:
+            result.waiting.append(outcome)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnd:
+    """How an attempt ended, as the agent and the driver observed it.
+
+    `exit_code` is the rank-0 process's exit code, None when no process exited (the launch
+    failed, the pod was lost, or the job was stopped before it started).
+    """
+
+    exit_code: int | None = None
+    signal: int | None = None
+    oom: bool = False
+    timed_out: bool = False
+    cancelled: bool = False
+    launch_failed: bool = False
+    pod_lost: bool = False
+    dependency_failed: bool = False
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What becomes of the job: a terminal state, or QUEUED for a new attempt."""
+
+    state: JobState
+    error_class: ErrorCode | None
+    exit_code: int | None
+    message: str | None = None
+
+    @property
+    def retry(self) -> bool:
+        return self.state is JobState.QUEUED
+
+
+def judge(end: AttemptEnd, retries: int, max_retries: int) -> Verdict:
+    """Decide the job's fate. Cancellation and timeouts are final; every other failure is
+    retried while `retries < max_retries`, as a new attempt with a new id."""
+    code = end.exit_code
+    if end.cancelled:
+        return Verdict(JobState.CANCELLED, ErrorCode.CANCELLED, code, end.message)
+    if end.timed_out:
+        return Verdict(JobState.FAILED, ErrorCode.TIMEOUT, code, end.message)
+    error: ErrorCode | None
+    if end.oom:
+        error = ErrorCode.OOM
+    elif end.launch_failed:
+        error = ErrorCode.LAUNCH_FAILED
+    elif end.dependency_failed:
+        error = ErrorCode.DEPENDENCY_INSTALL_FAILED
+    elif end.pod_lost:
+        error = ErrorCode.POD_LOST
+    elif end.signal is not None:
+        error = ErrorCode.KILLED
+    elif code is None:
+        error = ErrorCode.LAUNCH_FAILED
+    elif code != 0:
+        error = ErrorCode.NON_ZERO_EXIT
+    else:
+        return Verdict(JobState.SUCCEEDED, None, 0, end.message)
+    state = JobState.QUEUED if retries < max_retries else JobState.FAILED
+    return Verdict(state, error, code, end.message)
+
+
+def timed_out(started_at: float, timeout_s: float | None, now: float) -> bool:
+    return timeout_s is not None and now - started_at >= timeout_s

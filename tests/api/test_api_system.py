@@ -33,7 +33,8 @@ def test_health_metrics_pools_and_openapi(api: Api) -> None:
     } <= set(document["paths"])
     job_spec = document["components"]["schemas"]["JobSpec"]
     assert job_spec["additionalProperties"] is False
-    assert "HTTPBearer" in document["components"]["securitySchemes"]
+    assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert document["paths"]["/v1/jobs"]["post"]["security"] == [{"bearer": []}]
     unknown = api.alice.get("/v2/nothing")
     assert unknown.status_code == 404 and unknown.json()["error"] == "NotFound"
 

@@ -239,3 +239,24 @@ def test_concurrent_submissions_are_all_durable(db: Scratch) -> None:
         assert len(set(ids)) == 200
     finally:
         reopened.close()
+
+
+def test_concurrent_retries_of_one_request_id_make_one_job(store: SqlJobStore) -> None:
+    answers: list[tuple[str, bool]] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(12)
+
+    def submit() -> None:
+        barrier.wait()
+        result = store.submit("alice", spec(request_id="same"), now=1.0)
+        with lock:
+            answers.append((result.job.id, result.created))
+
+    threads = [threading.Thread(target=submit) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({job_id for job_id, _ in answers}) == 1
+    assert sum(created for _, created in answers) == 1
+    assert count(store, jobs) == 1

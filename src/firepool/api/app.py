@@ -11,12 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 
 from firepool.api import errors
 from firepool.api.auth import TokenAuthenticator
-from firepool.api.context import ApiContext
+from firepool.api.context import SECURITY_SCHEME, ApiContext
 from firepool.api.hooks import BrokerHooks, NoHooks
 from firepool.api.limits import DEFAULT_JSON_BYTES, BodyLimit
 from firepool.api.logs import FileLogSource, LogSource
@@ -78,4 +79,19 @@ def create_app(
     app.include_router(system.router)
     app.add_middleware(BodyLimit, json_bytes=json_body_bytes, upload_bytes=packages_store.max_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    _publish_security(app)
     return app
+
+
+def _publish_security(app: FastAPI) -> None:
+    """Add the bearer scheme to the generated document (routes reference it by name)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = generate()
+            document.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEME
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -7,14 +7,13 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from firepool.api.auth import TokenAuthenticator
 from firepool.api.hooks import BrokerHooks
 from firepool.api.logs import LogSource
 from firepool.api.metrics import ApiMetrics
-from firepool.model import PoolSpec, UnauthorizedError
+from firepool.model import PoolSpec
 from firepool.packages import PackageStore
 from firepool.store import JobStore
 
@@ -37,33 +36,45 @@ class ApiContext:
         return None
 
 
-def get_context(request: Request) -> ApiContext:
+async def get_context(request: Request) -> ApiContext:
+    """Async on purpose: FastAPI runs a sync dependency on a worker thread, per request."""
     context: ApiContext = request.app.state.firepool
     return context
 
 
 Context = Annotated[ApiContext, Depends(get_context)]
 
-# Declares the scheme in the OpenAPI document; the check itself is ours, so that a missing
-# token gets our 401 body rather than the framework's 403.
-_bearer = HTTPBearer(auto_error=False, description="A caller token: `Authorization: Bearer fp_...`")
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """An authenticated request's view: the API context and the caller it acts for."""
+
+    context: ApiContext
+    caller: str
 
 
-async def get_caller(
-    context: Context,
-    request: Request,
-    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> str:
+async def authenticate(request: Request) -> Session:
+    """The one dependency of authenticated routes (FastAPI's dependency solving costs more
+    per level than the token check itself, so this stays flat). A cached token is checked on
+    the event loop; only a cache miss goes to the store, on a worker thread."""
+    context: ApiContext = request.app.state.firepool
     header = request.headers.get("authorization")
     hit = context.auth.cached(header)
     if hit is not None and hit[1] is not None:
         context.metrics.auth.labels("hit").inc()
-        return hit[1]
+        return Session(context, hit[1])
     context.metrics.auth.labels("miss").inc()
     caller: str = await run_in_threadpool(context.auth.lookup, header)
-    if not caller:
-        raise UnauthorizedError("unknown token", field="Authorization")
-    return caller
+    return Session(context, caller)
 
 
-Caller = Annotated[str, Depends(get_caller)]
+Authed = Annotated[Session, Depends(authenticate)]
+
+#: The bearer scheme as published in the OpenAPI document (`create_app` installs it).
+SECURITY_SCHEME = {
+    "bearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "A caller token: `Authorization: Bearer fp_...`",
+    }
+}

@@ -72,11 +72,16 @@ class Committer:
 
     def run(self, write: Callable[[Tx], T]) -> T:
         """Run `write` in a group-committed transaction; return once it is durable."""
+        return self.enqueue(write).result()
+
+    def enqueue(self, write: Callable[[Tx], T]) -> Future[T]:
+        """Queue `write`; the future resolves once its transaction is durable. Lets an event
+        loop await a commit (`asyncio.wrap_future`) without parking a thread on it."""
         if self._closed:
             raise RuntimeError("store is closed")
         future: Future[T] = Future()
         self._queue.put((write, future))
-        return future.result()
+        return future
 
     def close(self) -> None:
         if self._closed:

@@ -9,7 +9,7 @@ synchronous and thread-safe; an asyncio driver calls them through a worker threa
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from firepool.model import ErrorCode, JobSpec, JobState
 from firepool.store.records import AttemptRecord, JobRecord, PackageRecord, PodBinding, Submitted
@@ -91,3 +91,11 @@ class JobStore(Protocol):
     def revoke_token(self, token_hash: str) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class AsyncSubmit(Protocol):
+    """Optional capability: a store that can await a durable submission on an event loop
+    without a worker thread (the API's hot path uses it when present)."""
+
+    async def submit_async(self, caller: str, spec: JobSpec, *, now: float) -> Submitted: ...

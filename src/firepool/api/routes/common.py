@@ -27,3 +27,7 @@ def refuse_unknown_query(request: Request, allowed: set[str]) -> None:
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI entries for the error statuses a route can answer with."""
     return {status: {"model": ErrorOut} for status in statuses}
+
+
+#: `openapi_extra` for routes that need a bearer token.
+AUTHED: dict[str, Any] = {"security": [{"bearer": []}]}

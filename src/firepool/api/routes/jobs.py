@@ -8,8 +8,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from firepool.api.context import Caller, Context
-from firepool.api.routes.common import errors, json_response, refuse_unknown_query
+from firepool.api.context import Authed
+from firepool.api.routes.common import AUTHED, errors, json_response, refuse_unknown_query
 from firepool.api.schemas import JobListOut, JobOut, LogsOut
 from firepool.api.services import jobs as service
 from firepool.model import JobSpec, JobState
@@ -27,18 +27,18 @@ JobId = Annotated[str, Query(min_length=1, max_length=64)]
         200: {"model": JobOut, "description": "an earlier submission with the same request_id"},
         **errors(401, 409, 413, 422),
     },
+    openapi_extra=AUTHED,
 )
-async def submit_job(spec: JobSpec, context: Context, caller: Caller) -> Response:
+async def submit_job(spec: JobSpec, session: Authed) -> Response:
     """Submit a job. With `request_id`, a retried submission returns the first job (200)."""
-    submitted = await run_in_threadpool(service.submit, context, caller, spec)
+    submitted = await service.submit(session.context, session.caller, spec)
     return json_response(JobOut.of(submitted.job), 201 if submitted.created else 200)
 
 
-@router.get("", response_model=JobListOut, responses=errors(401, 422))
+@router.get("", response_model=JobListOut, responses=errors(401, 422), openapi_extra=AUTHED)
 async def list_jobs(
     request: Request,
-    context: Context,
-    caller: Caller,
+    session: Authed,
     state: Annotated[list[JobState] | None, Query()] = None,
     pool: Annotated[str | None, Query(max_length=63)] = None,
     queue: Annotated[str | None, Query(max_length=128)] = None,
@@ -48,15 +48,20 @@ async def list_jobs(
     refuse_unknown_query(request, {"state", "pool", "queue", "limit"})
     found = await run_in_threadpool(
         lambda: service.list_own(
-            context, caller, states=state or (), pool=pool, queue=queue, limit=limit
+            session.context,
+            session.caller,
+            states=state or (),
+            pool=pool,
+            queue=queue,
+            limit=limit,
         )
     )
     return json_response(JobListOut.model_construct(jobs=[JobOut.of(j) for j in found]))
 
 
-@router.get("/{job_id}", response_model=JobOut, responses=errors(401, 404))
-async def get_job(job_id: str, context: Context, caller: Caller) -> Response:
-    job = await run_in_threadpool(service.get_own, context, caller, job_id)
+@router.get("/{job_id}", response_model=JobOut, responses=errors(401, 404), openapi_extra=AUTHED)
+async def get_job(job_id: str, session: Authed) -> Response:
+    job = await run_in_threadpool(service.get_own, session.context, session.caller, job_id)
     return json_response(JobOut.of(job))
 
 
@@ -67,21 +72,26 @@ async def get_job(job_id: str, context: Context, caller: Caller) -> Response:
         202: {"model": JobOut, "description": "running; the stop is pending"},
         **errors(401, 404, 409),
     },
+    openapi_extra=AUTHED,
 )
-async def cancel_job(job_id: str, context: Context, caller: Caller) -> Response:
+async def cancel_job(job_id: str, session: Authed) -> Response:
     """Cancel. A queued job is CANCELLED at once (200); a running one is marked and stopped by
     the dispatcher (202, `cancel_requested: true`); a finished job is returned unchanged."""
-    job = await run_in_threadpool(service.cancel, context, caller, job_id)
+    job = await run_in_threadpool(service.cancel, session.context, session.caller, job_id)
     pending = job.state == JobState.RUNNING
     return json_response(JobOut.of(job), 202 if pending else 200)
 
 
-@router.get("/{job_id}/logs", response_model=LogsOut, responses=errors(401, 404, 422))
+@router.get(
+    "/{job_id}/logs",
+    response_model=LogsOut,
+    responses=errors(401, 404, 422),
+    openapi_extra=AUTHED,
+)
 async def job_logs(
     request: Request,
     job_id: str,
-    context: Context,
-    caller: Caller,
+    session: Authed,
     attempt: Annotated[int | None, Query(ge=0, le=1000)] = None,
     offset: Annotated[int, Query(ge=0, le=2**53)] = 0,
     limit: Annotated[int, Query(ge=1, le=4 * 1024 * 1024)] = 1024 * 1024,
@@ -91,7 +101,12 @@ async def job_logs(
     refuse_unknown_query(request, {"attempt", "offset", "limit"})
     job, retry, chunk = await run_in_threadpool(
         lambda: service.read_logs(
-            context, caller, job_id, attempt=attempt, offset=offset, limit=limit
+            session.context,
+            session.caller,
+            job_id,
+            attempt=attempt,
+            offset=offset,
+            limit=limit,
         )
     )
     next_offset = chunk.offset + len(chunk.data)

@@ -6,16 +6,22 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from firepool.api.context import Caller, Context
-from firepool.api.routes.common import errors, json_response
+from firepool.api.context import Authed, Context
+from firepool.api.routes.common import AUTHED, errors, json_response
 from firepool.api.schemas import HealthOut, PoolListOut
 
 router = APIRouter()
 
 
-@router.get("/v1/pools", response_model=PoolListOut, tags=["pools"], responses=errors(401))
-async def list_pools(context: Context, _caller: Caller) -> Response:
-    return json_response(PoolListOut(pools=list(context.pools())))
+@router.get(
+    "/v1/pools",
+    response_model=PoolListOut,
+    tags=["pools"],
+    responses=errors(401),
+    openapi_extra=AUTHED,
+)
+async def list_pools(session: Authed) -> Response:
+    return json_response(PoolListOut.model_construct(pools=list(session.context.pools())))
 
 
 @router.get("/healthz", response_model=HealthOut, tags=["system"])

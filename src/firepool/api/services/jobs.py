@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from starlette.concurrency import run_in_threadpool
+
 from firepool.api.context import ApiContext
 from firepool.api.logs import LogChunk
 from firepool.model import (
@@ -17,10 +19,10 @@ from firepool.model import (
     RequestValidationError,
     UnknownPoolError,
 )
-from firepool.store import JobRecord, Submitted
+from firepool.store import AsyncSubmit, JobRecord, Submitted
 
 
-def submit(context: ApiContext, caller: str, spec: JobSpec) -> Submitted:
+async def submit(context: ApiContext, caller: str, spec: JobSpec) -> Submitted:
     pool = context.pool(spec.pool)
     if pool is None:
         known = ", ".join(sorted(p.name for p in context.pools())) or "none configured"
@@ -35,7 +37,11 @@ def submit(context: ApiContext, caller: str, spec: JobSpec) -> Submitted:
             f"package {spec.package} has not been uploaded (POST /v1/packages first)",
             field="package",
         )
-    submitted = context.store.submit(caller, spec, now=context.clock())
+    store = context.store
+    if isinstance(store, AsyncSubmit):
+        submitted = await store.submit_async(caller, spec, now=context.clock())
+    else:
+        submitted = await run_in_threadpool(store.submit, caller, spec, now=context.clock())
     if submitted.created:
         context.metrics.jobs_submitted.inc()
         context.hooks.job_submitted(submitted.job)

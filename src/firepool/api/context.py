@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -15,7 +15,7 @@ from firepool.api.logs import LogSource
 from firepool.api.metrics import ApiMetrics
 from firepool.model import PoolSpec
 from firepool.packages import PackageStore
-from firepool.store import JobStore
+from firepool.store import AsyncSubmit, JobStore, Submitted
 
 
 @dataclass
@@ -28,6 +28,13 @@ class ApiContext:
     auth: TokenAuthenticator
     metrics: ApiMetrics
     clock: Callable[[], float]
+    #: The store's event-loop submit, when it has one (looked up once: a runtime Protocol
+    #: check per request costs more than the rest of the route's own work).
+    submit_async: Callable[..., Awaitable[Submitted]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.submit_async is None and isinstance(self.store, AsyncSubmit):
+            self.submit_async = self.store.submit_async
 
     def pool(self, name: str) -> PoolSpec | None:
         for spec in self.pools():

@@ -15,9 +15,25 @@ from starlette.types import ASGIApp
 
 
 class ServedApp:
-    def __init__(self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        loop: str = "auto",
+        http: str = "auto",
+    ) -> None:
+        # "auto" picks uvloop and httptools when installed, else asyncio and h11.
         config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", access_log=False, lifespan="off"
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            loop=loop,
+            http=http,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="firepool-api", daemon=True)

@@ -19,7 +19,7 @@ from firepool.model import (
     RequestValidationError,
     UnknownPoolError,
 )
-from firepool.store import AsyncSubmit, JobRecord, Submitted
+from firepool.store import JobRecord, Submitted
 
 
 async def submit(context: ApiContext, caller: str, spec: JobSpec) -> Submitted:
@@ -37,11 +37,10 @@ async def submit(context: ApiContext, caller: str, spec: JobSpec) -> Submitted:
             f"package {spec.package} has not been uploaded (POST /v1/packages first)",
             field="package",
         )
-    store = context.store
-    if isinstance(store, AsyncSubmit):
-        submitted = await store.submit_async(caller, spec, now=context.clock())
+    if context.submit_async is not None:
+        submitted = await context.submit_async(caller, spec, now=context.clock())
     else:
-        submitted = await run_in_threadpool(store.submit, caller, spec, now=context.clock())
+        submitted = await run_in_threadpool(context.store.submit, caller, spec, now=context.clock())
     if submitted.created:
         context.metrics.jobs_submitted.inc()
         context.hooks.job_submitted(submitted.job)

@@ -1,0 +1,319 @@
+"""One attempt, from a fresh lease to a verdict: the five-step job path of DESIGN.md.
+
+claim (done by the dispatch pass) -> prepare -> durable commit conditional on the job's version
+-> mark pods -> launch; then wait for the agent's exit event, reset every pod, release the pods
+to the tracker (holds, retirements, gate promotions) and record the verdict. No user code runs
+before the commit; a lost commit race hands the pods straight back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from firepool.api.logs import FileLogSource
+from firepool.control.dispatch import AttemptEnd, Verdict, judge
+from firepool.control.records import Lease, ReleaseResult
+from firepool.control.tracker import Tracker
+from firepool.model import FirepoolError, LostRaceError, Topology, UnavailableError
+from firepool.protocol import (
+    DependencyInstallFailedError,
+    ExitEvent,
+    LaunchRequest,
+    PackageRef,
+    RequirementsRef,
+    StopReason,
+)
+from firepool.service.pods import PodManager
+from firepool.store import JobRecord, JobStore, PodBinding
+
+log = logging.getLogger("firepool.service.attempt")
+
+
+@dataclass
+class Running:
+    """The broker's handle on a live attempt: cancellation, gate and exit futures."""
+
+    job: JobRecord
+    lease: Lease
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    exits: dict[str, asyncio.Future[ExitEvent]] = field(default_factory=dict)
+    launched: bool = False
+
+
+class AttemptRunner:
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        tracker: Tracker,
+        pods: PodManager,
+        logs: FileLogSource,
+        clock: Callable[[], float],
+        package_url: Callable[[str], str],
+        on_release: Callable[[ReleaseResult], None],
+        exit_poll_s: float = 2.0,
+        stop_grace_s: float = 10.0,
+    ) -> None:
+        self.store = store
+        self.tracker = tracker
+        self.pods = pods
+        self.logs = logs
+        self.clock = clock
+        self.package_url = package_url
+        self.on_release = on_release
+        self.exit_poll_s = exit_poll_s
+        self.stop_grace_s = stop_grace_s
+
+    async def run(self, running: Running) -> JobRecord | None:
+        """Drive the attempt to its end; returns the job as recorded after the verdict, or None
+        when the commit lost a race (the pods were handed back, the job was not touched)."""
+        job, lease = running.job, running.lease
+        bindings = [
+            PodBinding(i, p.name, p.path, p.reason.value, lease.pool)
+            for i, p in enumerate(lease.pods)
+        ]
+        try:
+            job = await asyncio.to_thread(self.store.start, job, bindings, now=self.clock())
+        except LostRaceError:
+            self.on_release(ReleaseResult(promoted=self.tracker.unclaim(job.id)))
+            return None
+        running.job = job
+        self.pods.spawn(self._mark_pods(job, lease))
+        end = await self._launch_and_wait(running)
+        return await self._finish(running, end)
+
+    async def resume(self, running: Running) -> JobRecord:
+        """An attempt re-attached after a broker restart: wait for its exit, then finish."""
+        end = await self._wait_exit(running)
+        return await self._finish(running, end)
+
+    async def _finish(self, running: Running, end: AttemptEnd) -> JobRecord:
+        job, lease = running.job, running.lease
+        unclean = await self._reset(lease)
+        released = self.tracker.release(job.id, self.clock(), unclean=unclean)
+        self.on_release(released)
+        self.pods.spawn(self._annotate_release(released))
+        return await self._record(job, end)
+
+    # ------------------------------------------------------------------ steps
+
+    async def _mark_pods(self, job: JobRecord, lease: Lease) -> None:
+        spec = job.spec
+        for p in lease.pods:
+            await self.pods.annotate(
+                p.name,
+                {
+                    "state": "running",
+                    "job": job.id,
+                    "owner": job.caller,
+                    "queue": spec.queue,
+                    "tag": spec.lease_tag,
+                    "used": "1",
+                },
+            )
+
+    async def _launch_and_wait(self, running: Running) -> AttemptEnd:
+        job, lease = running.job, running.lease
+        if not lease.launchable and not running.gate.is_set():
+            await _first(running.gate.wait(), running.cancel.wait())
+        if running.cancel.is_set():
+            return AttemptEnd(cancelled=True, message="cancelled before start")
+        loop = asyncio.get_running_loop()
+        for p in lease.pods:
+            self.tracker.mark_running(p.name)
+            running.exits[p.name] = loop.create_future()
+        port = _free_port() if job.spec.topology is Topology.TORCHRUN else 0
+        try:
+            started = await asyncio.gather(
+                *(self._launch_one(job, lease, rank, port) for rank in range(len(lease.pods)))
+            )
+        except DependencyInstallFailedError as exc:
+            return AttemptEnd(dependency_failed=True, message=exc.message)
+        except (FirepoolError, OSError) as exc:
+            await self._stop_all(running)
+            return AttemptEnd(launch_failed=True, message=str(exc))
+        running.launched = True
+        first = min(started)
+        await asyncio.to_thread(self.store.record_timing, job, "started", first)
+        await asyncio.to_thread(self.store.record_timing, job, "first_instruction", first)
+        self.pods.spawn(self._pump_logs(job, lease.pods[0].name))
+        return await self._wait_exit(running)
+
+    async def _launch_one(self, job: JobRecord, lease: Lease, rank: int, port: int) -> float:
+        spec = job.spec
+        pod = lease.pods[rank].name
+        record = self.pods.records[pod]
+        package = None
+        if spec.package is not None:
+            package = PackageRef(
+                digest=spec.package,
+                url=self.package_url(spec.package),
+                authorization=f"Bearer {record.secret}",
+            )
+        response = await self.pods.agent(pod).launch(
+            LaunchRequest(
+                attempt=job.attempt,
+                argv=list(spec.command),
+                env=dict(spec.env),
+                topology_env=_topology_env(spec.topology, rank, len(lease.pods), port),
+                package=package,
+                requirements=RequirementsRef.of(spec.requirements) if spec.requirements else None,
+                timeout_s=spec.timeout_s,
+            )
+        )
+        return response.started_at
+
+    async def _wait_exit(self, running: Running) -> AttemptEnd:
+        """Every rank's exit event; a cancel or one rank's failure stops the others."""
+        job, lease = running.job, running.lease
+        pending = dict(running.exits)
+        events: dict[str, ExitEvent] = {}
+        cancel_task = asyncio.ensure_future(running.cancel.wait())
+        try:
+            while pending:
+                waiting: list[asyncio.Future[Any]] = [*pending.values(), cancel_task]
+                done, _ = await asyncio.wait(
+                    waiting,
+                    timeout=self.exit_poll_s,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                for pod, fut in list(pending.items()):
+                    if fut.done():
+                        events[pod] = fut.result()
+                        del pending[pod]
+                if cancel_task in done and pending:
+                    await self._stop_all(running)
+                    continue
+                if not done:
+                    await self._poll_exits(job, pending)
+                if pending and any(_failed(e) for e in events.values()):
+                    await self._stop_all(running)
+        finally:
+            cancel_task.cancel()
+        rank0 = events[lease.pods[0].name]
+        return AttemptEnd(
+            exit_code=rank0.exit_code,
+            signal=rank0.signal,
+            oom=any(e.oom for e in events.values()),
+            timed_out=any(e.stop_reason is StopReason.TIMEOUT for e in events.values()),
+            cancelled=running.cancel.is_set(),
+        )
+
+    async def _poll_exits(
+        self, job: JobRecord, pending: dict[str, asyncio.Future[ExitEvent]]
+    ) -> None:
+        """The fallback when an exit event was lost: ask the agents."""
+        for pod, fut in pending.items():
+            try:
+                status = await self.pods.agent(pod).status(job.attempt)
+            except (FirepoolError, OSError):
+                continue
+            if status.exit is not None and not fut.done():
+                fut.set_result(status.exit)
+
+    async def _stop_all(self, running: Running) -> None:
+        async def stop(pod: str) -> None:
+            with contextlib.suppress(FirepoolError, OSError):
+                await self.pods.agent(pod).stop(running.job.attempt, grace_s=self.stop_grace_s)
+
+        await asyncio.gather(*(stop(p.name) for p in running.lease.pods))
+
+    async def _reset(self, lease: Lease) -> list[str]:
+        """Verified reset of every pod; any pod not confirmed clean is returned as unclean."""
+
+        async def reset(pod: str) -> str | None:
+            try:
+                result = await self.pods.agent(pod).reset()
+            except (FirepoolError, OSError, KeyError) as exc:
+                log.warning("reset of %s failed: %r", pod, exc)
+                return pod
+            if not result.clean:
+                log.warning("pod %s reset unclean: %s", pod, result.reason)
+                return pod
+            return None
+
+        results = await asyncio.gather(*(reset(p.name) for p in lease.pods))
+        return [pod for pod in results if pod is not None]
+
+    async def _annotate_release(self, released: ReleaseResult) -> None:
+        for pod, until in released.held:
+            await self.pods.annotate(pod, {"state": "held", "hold_until": repr(until), "job": None})
+
+    async def _record(self, job: JobRecord, end: AttemptEnd) -> JobRecord:
+        verdict: Verdict = judge(end, job.retries, job.spec.max_retries)
+        now = self.clock()
+        if verdict.retry:
+            return await asyncio.to_thread(
+                self.store.requeue, job, now=now, error_class=verdict.error_class
+            )
+        return await asyncio.to_thread(
+            self.store.finish,
+            job,
+            verdict.state,
+            now=now,
+            exit_code=verdict.exit_code,
+            error_class=verdict.error_class,
+            message=verdict.message,
+        )
+
+    async def _pump_logs(self, job: JobRecord, pod: str) -> None:
+        """Copy rank 0's output into the attempt's log file while it runs."""
+
+        async def pump(stream: str) -> None:
+            try:
+                async for chunk in self.pods.agent(pod).logs(
+                    job.attempt,
+                    stream,
+                    follow=True,
+                ):
+                    await asyncio.to_thread(self.logs.append, job.id, job.retries, chunk)
+            except (FirepoolError, OSError, KeyError) as exc:
+                log.info("log stream %s of %s ended: %r", stream, job.attempt, exc)
+
+        await asyncio.gather(pump("stdout"), pump("stderr"))
+
+
+def _failed(event: ExitEvent) -> bool:
+    return event.exit_code != 0 or event.signal is not None or event.oom
+
+
+async def _first(*aws: Coroutine[Any, Any, object]) -> None:
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _topology_env(topology: Topology, rank: int, world: int, port: int) -> dict[str, str]:
+    """Rank and rendezvous variables the executor injects (callers may not set them)."""
+    if topology is Topology.NONE:
+        return {}
+    if topology is Topology.TORCHRUN:
+        return {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+            "NODE_RANK": str(rank),
+        }
+    raise UnavailableError(
+        f"topology {topology.value} is not supported by this backend yet", field="topology"
+    )

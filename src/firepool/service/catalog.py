@@ -1,0 +1,110 @@
+"""The pool catalog: which pools exist and the global budgets, from a file or this machine.
+
+A catalog file (TOML or YAML) has `[[pools]]` entries with PoolSpec fields and an optional
+`[budgets]` table (accelerator model or `cpu` -> units). Unknown keys are refused with a
+ConfigError naming them: a typo in a knob must not silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from firepool.model import ACCELERATORS, ConfigError, PoolSpec
+
+
+@dataclass(frozen=True)
+class Catalog:
+    pools: tuple[PoolSpec, ...]
+    budgets: dict[str, int] = field(default_factory=dict)
+
+    def pool(self, name: str) -> PoolSpec | None:
+        for spec in self.pools:
+            if spec.name == name:
+                return spec
+        return None
+
+
+def parse_catalog(data: Any, source: str = "catalog") -> Catalog:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a table with `pools`", field="pools")
+    unknown = set(data) - {"pools", "budgets"}
+    if unknown:
+        name = sorted(unknown)[0]
+        raise ConfigError(f"{source}: unknown key {name!r}", field=name)
+    entries = data.get("pools")
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{source}: `pools` must be a non-empty list", field="pools")
+    pools: list[PoolSpec] = []
+    for i, entry in enumerate(entries):
+        try:
+            spec = PoolSpec.model_validate(entry)
+        except ConfigError as err:
+            raise ConfigError(
+                f"{source}: pools[{i}]: {err.message}", field=f"pools.{i}.{err.field}"
+            ) from None
+        if any(p.name == spec.name for p in pools):
+            raise ConfigError(
+                f"{source}: pool {spec.name!r} defined twice", field=f"pools.{i}.name"
+            )
+        pools.append(spec)
+    budgets = data.get("budgets") or {}
+    if not isinstance(budgets, dict):
+        raise ConfigError(f"{source}: `budgets` must be a table", field="budgets")
+    for key, value in budgets.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(
+                f"{source}: budget {key!r} must be an integer >= 0", field=f"budgets.{key}"
+            )
+    return Catalog(tuple(pools), dict(budgets))
+
+
+def load_catalog(path: Path) -> Catalog:
+    text = path.read_text()
+    try:
+        yaml_file = path.suffix in (".yaml", ".yml")
+        data = yaml.safe_load(text) if yaml_file else tomllib.loads(text)
+    except (yaml.YAMLError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(
+            f"{path}: not valid {path.suffix[1:] or 'TOML'}: {err}", field="catalog"
+        ) from None
+    return parse_catalog(data, str(path))
+
+
+def machine_catalog(gpu_models: dict[str, int] | None = None) -> Catalog:
+    """The embedded default: a `cpu` pool sized from this machine and one pool per local GPU
+    model. Local pods are light processes that time-share the cores, so the CPU pool may hold
+    a few pods per core; the GPU pools hold one pod per device."""
+    cores = os.cpu_count() or 1
+    pools = [
+        PoolSpec(
+            name="cpu",
+            cpus_per_pod=1,
+            min_count=1,
+            max_idle_count=2,
+            max_count=max(4, 4 * cores),
+            idle_timeout=120.0,
+            step=4,
+        )
+    ]
+    budgets: dict[str, int] = {}
+    for model, count in sorted((gpu_models or {}).items()):
+        if model not in ACCELERATORS:
+            continue  # a device we cannot name gets no pool (and no silent guess)
+        pools.append(
+            PoolSpec(
+                name=model.lower().replace("_", "-"),
+                accelerator=model,
+                accelerators_per_pod=1,
+                max_count=count,
+                standbys_per_active=1,
+                idle_timeout=120.0,
+            )
+        )
+        budgets[model] = count
+    return Catalog(tuple(pools), budgets)

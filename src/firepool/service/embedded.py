@@ -1,0 +1,145 @@
+"""The embedded broker: store, package store, local pods, the API and the broker loops in one
+process and one event loop. `firepool serve`, the demo and the end-to-end tests all use it.
+
+On start it writes `<data-dir>/url` and, on first start, a default caller token to
+`<data-dir>/token` (0600), which the SDK and CLI read when FIREPOOL_URL / FIREPOOL_TOKEN are
+not set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+import uvicorn
+
+from firepool.api.app import create_app
+from firepool.api.auth import issue_token
+from firepool.api.logs import FileLogSource
+from firepool.backends.local import IsolationChoice, LocalBackend
+from firepool.control.budgets import BudgetLedger
+from firepool.packages.disk import DiskPackageStore
+from firepool.service.broker import Broker, BrokerConfig
+from firepool.service.catalog import Catalog, machine_catalog
+from firepool.service.routes import service_router
+from firepool.store import SqlJobStore, open_store
+from firepool.store.tokens import hash_token
+
+DEFAULT_CALLER = "local"
+
+
+class EmbeddedBroker:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        store_url: str | None = None,
+        catalog: Catalog | None = None,
+        config: BrokerConfig | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        isolation: IsolationChoice = "auto",
+        fake_devices: Sequence[str] | None = None,
+        faults: Sequence[str] = (),
+        delete_pods_on_exit: bool = True,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.store_url = store_url
+        self.catalog = catalog
+        self.config = config or BrokerConfig()
+        self.host = host
+        self.port = port
+        self.isolation: IsolationChoice = isolation
+        self.fake_devices = fake_devices
+        self.faults = tuple(faults)
+        self.delete_pods_on_exit = delete_pods_on_exit
+        self.url = ""
+        self.token = ""
+
+    async def __aenter__(self) -> EmbeddedBroker:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store: SqlJobStore = await asyncio.to_thread(
+            open_store, self.store_url, data_dir=self.data_dir
+        )
+        self.packages = DiskPackageStore(self.data_dir / "packages")
+        logs = FileLogSource(self.data_dir / "logs")
+        self.backend = LocalBackend(
+            self.data_dir / "pods",
+            isolation=self.isolation,
+            fake_devices=self.fake_devices,
+            faults=self.faults,
+        )
+        if self.catalog is None:
+            models: dict[str, int] = {}
+            for device in self.backend.devices:
+                models[device.model] = models.get(device.model, 0) + 1
+            self.catalog = machine_catalog(models)
+        self.broker = Broker(
+            store=self.store,
+            backend=self.backend,
+            pools=self.catalog.pools,
+            ledger=BudgetLedger(self.catalog.budgets),
+            logs=logs,
+            packages=self.packages,
+            config=self.config,
+        )
+        app = create_app(
+            self.store,
+            self.packages,
+            self.catalog.pools,
+            hooks=self.broker,
+            logs=logs,
+            data_dir=self.data_dir,
+        )
+        app.include_router(service_router(self.broker))
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host=self.host,
+                port=self.port,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+            )
+        )
+        self._serving = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            if self._serving.done():
+                self._serving.result()  # raises the bind error
+            await asyncio.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://{self.host}:{port}"
+        self.token = await asyncio.to_thread(self._default_token)
+        (self.data_dir / "url").write_text(self.url + "\n")
+        await self.broker.start(self.url)
+        return self
+
+    def _default_token(self) -> str:
+        path = self.data_dir / "token"
+        if path.exists():
+            token = path.read_text().strip()
+            if self.store.caller_for_token(hash_token(token)) is not None:
+                return token
+        token = issue_token(self.store, DEFAULT_CALLER)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(token + "\n")
+        return token
+
+    def issue(self, caller: str) -> str:
+        """A token for another caller (tests and the demo act as several callers)."""
+        return issue_token(self.store, caller)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.broker.close(delete_pods=self.delete_pods_on_exit)
+        self.server.should_exit = True
+        await asyncio.gather(self._serving, return_exceptions=True)
+        await asyncio.to_thread(self.store.close)

@@ -1,0 +1,95 @@
+"""Routes the service adds to the API: agents' exit events and package fetches (authenticated
+by the pod's own secret), and the caller-facing pod list."""
+
+from __future__ import annotations
+
+import hmac
+from typing import TYPE_CHECKING
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse
+from pydantic import Field
+
+from firepool.api.context import Authed
+from firepool.model import NotFoundError, StrictModel, UnauthorizedError
+from firepool.protocol import ExitEvent
+
+if TYPE_CHECKING:
+    from firepool.service.broker import Broker
+
+
+class EventAck(StrictModel):
+    accepted: bool
+
+
+class PodOut(StrictModel):
+    name: str
+    pool: str
+    role: str
+    state: str
+    owner: str | None = None  # shown only for the caller's own pods
+    queue: str | None = None
+    lease_tag: str | None = None
+    group: str | None = None
+    job: str | None = None
+    hold_until: float | None = None
+    created_at: float
+
+
+class PodList(StrictModel):
+    pods: list[PodOut] = Field(default_factory=list)
+
+
+def _pod_secret(broker: Broker, request: Request, pod: str | None) -> str:
+    """The pod whose secret the request carries (a named one, or any pod for fetches)."""
+    header = request.headers.get("authorization", "")
+    token = header[7:] if header.lower().startswith("bearer ") else ""
+    candidates = [pod] if pod is not None else list(broker.pods.records)
+    for name in candidates:
+        record = broker.pods.records.get(name)
+        if record is not None and token and hmac.compare_digest(record.secret, token):
+            return name
+    raise UnauthorizedError("not a pod of this broker", field="Authorization")
+
+
+def service_router(broker: Broker) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/internal/v1/events", response_model=EventAck, include_in_schema=False)
+    async def exit_event(event: ExitEvent, request: Request) -> EventAck:
+        _pod_secret(broker, request, event.pod)
+        return EventAck(accepted=broker.on_exit(event))
+
+    @router.get("/internal/v1/packages/{digest}", include_in_schema=False)
+    async def fetch_package(digest: str, request: Request) -> FileResponse:
+        _pod_secret(broker, request, None)
+        path = broker.packages.path(digest)
+        if path is None:
+            raise NotFoundError(f"package {digest} is not stored", field="digest")
+        return FileResponse(path, media_type="application/zip")
+
+    @router.get("/v1/pods", response_model=PodList, tags=["pods"])
+    async def list_pods(session: Authed) -> PodList:
+        """Every pod the broker tracks; owners and sessions only on the caller's own pods."""
+        out: list[PodOut] = []
+        for spec in broker.specs.values():
+            for pod in broker.tracker.pool_pods(spec.name):
+                mine = pod.owner == session.caller
+                out.append(
+                    PodOut(
+                        name=pod.name,
+                        pool=pod.pool,
+                        role=pod.role.value,
+                        state=pod.state.value,
+                        owner=pod.owner if mine else None,
+                        queue=pod.queue if mine else None,
+                        lease_tag=pod.tag if mine else None,
+                        group=pod.group,
+                        job=pod.job if mine else None,
+                        hold_until=pod.hold_until if mine and pod.hold_until else None,
+                        created_at=pod.created_at,
+                    )
+                )
+        return PodList(pods=out)
+
+    return router

@@ -284,6 +284,8 @@ class AgentConfig(StrictModel):
     isolation: IsolationMode = IsolationMode.WEAK
     preload_modules: tuple[str, ...] = ()
     memory_limit_mib: int | None = None
+    #: Size cap of the workspace tmpfs (private mode only; its pages count as pod memory).
+    workspace_mib: int = 8192
     devices: tuple[str, ...] = ()
     device_memory_mib: int | None = None
     #: Volumes emptied on every reset, and read-only caches that are kept.

@@ -110,7 +110,7 @@ async def wait_exit(client: AgentClient, attempt: str, timeout: float = 20.0) ->
 
 
 async def read_log(client: AgentClient, attempt: str, stream: str = "stdout") -> str:
-    chunks = [c async for c in client.logs(attempt, stream)]  # type: ignore[arg-type]
+    chunks = [c async for c in client.logs(attempt, stream)]
     return b"".join(chunks).decode()
 
 

@@ -212,7 +212,9 @@ def test_ten_thousand_files_are_removed(env: Env) -> None:
     event, _ = env.loop.run(run_job(env.client, env.attempt(), py(code)))
     assert event.exit_code == 0
     result = env.loop.run(env.client.reset())
-    assert result.clean and result.files_removed >= 10000
+    assert result.clean, result.reason
+    if not env.backend.capabilities.private_scratch:  # counted only when unlinked one by one
+        assert result.files_removed >= 10000
     seen = env.loop.run(json_job(env.client, env.attempt(), LOOK))
     assert seen["cwd"] == []
     env.reset_clean()

@@ -3,7 +3,11 @@
 In `private` mode the backend started the agent in its own mount namespace (`unshare -m`);
 the agent then mounts fresh tmpfs instances on /dev/shm and /tmp that only this pod's processes
 see, and wiping one is an unmount plus a new mount: constant time however many files or bytes
-a job left (8 GiB of shm costs the same as none). When the pod directory itself lives under
+a job left (8 GiB of shm costs the same as none). The workspace (package root, cwd, HOME) gets
+its own tmpfs too, like a memory-backed emptyDir: its pages count against the pod's memory
+limit, and 10,000 scratch files vanish in one unmount instead of 10,000 unlinks (on this
+class of VM disk an unlink costs tens of microseconds, and seconds once the journal is
+flushed). When the pod directory itself lives under
 /tmp, mounting over /tmp would hide it, so only /dev/shm is private (`private-shm`) and the
 pod's own tmp dir, exported as TMPDIR, gets the tmpfs instead.
 
@@ -55,9 +59,19 @@ def _is_under(path: Path, parent: Path) -> bool:
 class Scratch:
     """Where a job's tmp and shm live, and how to make them empty again."""
 
-    def __init__(self, mode: IsolationMode, pod_tmp: Path, shm_mib: int, tmp_mib: int) -> None:
+    def __init__(
+        self,
+        mode: IsolationMode,
+        pod_tmp: Path,
+        shm_mib: int,
+        tmp_mib: int,
+        work: Path | None = None,
+        work_mib: int = 8192,
+    ) -> None:
         self.requested = mode
         self.pod_tmp = pod_tmp
+        self.work = work
+        self.work_mib = work_mib
         self.shm_mib = shm_mib
         self.tmp_mib = tmp_mib
         self.mounts: list[tuple[str, int]] = []  # (target, size) of our own tmpfs mounts
@@ -76,6 +90,9 @@ class Scratch:
         try:
             mount_tmpfs("/dev/shm", self.shm_mib)
             self.mounts.append(("/dev/shm", self.shm_mib))
+            if self.work is not None:
+                mount_tmpfs(str(self.work), self.work_mib)
+                self.mounts.append((str(self.work), self.work_mib))
             if _is_under(self.pod_tmp, Path("/tmp")):
                 mount_tmpfs(str(self.pod_tmp), self.tmp_mib)
                 self.mounts.append((str(self.pod_tmp), self.tmp_mib))
@@ -107,7 +124,10 @@ class Scratch:
             umount(target)
             mount_tmpfs(target, size)
 
+    def is_mounted(self, path: Path) -> bool:
+        return str(path) in {t for t, _ in self.mounts}
+
     @property
     def dirs_to_empty(self) -> list[Path]:
         """Scratch directories reset must empty file by file (those not on our own tmpfs)."""
-        return [] if str(self.pod_tmp) in {t for t, _ in self.mounts} else [self.pod_tmp]
+        return [] if self.is_mounted(self.pod_tmp) else [self.pod_tmp]

@@ -81,7 +81,14 @@ class Agent:
         self.marker_value = config.marker or f"{config.pod}.{secrets.token_hex(8)}"
         self.marker = f"{MARKER_VAR}={self.marker_value}".encode()
         shm_mib = config.memory_limit_mib or 2048
-        self.scratch = Scratch(config.isolation, self.layout.tmp, shm_mib, tmp_mib=4096)
+        self.scratch = Scratch(
+            config.isolation,
+            self.layout.tmp,
+            shm_mib,
+            tmp_mib=4096,
+            work=self.layout.work,
+            work_mib=config.workspace_mib,
+        )
         self.cgroups = PodCgroups(config.pod, config.memory_limit_mib)
         # The backend removes these if the agent dies without cleaning up.
         (self.layout.root / "agent.cgroups").write_text(
@@ -350,7 +357,7 @@ class Agent:
                 marker=self.marker,
                 pod_start_ticks=self.start_ticks,
                 dirs_to_empty=[
-                    *self.layout.wiped_dirs,
+                    *(d for d in self.layout.wiped_dirs if not self.scratch.is_mounted(d)),
                     *self.scratch.dirs_to_empty,
                     *map(Path, self.config.wipe_volumes),
                 ],

@@ -9,7 +9,7 @@ agent raised (`ConflictError` for a stale attempt id or a dirty pod, `LaunchFail
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -26,7 +26,8 @@ from firepool.protocol import (
 )
 
 M = TypeVar("M", bound=BaseModel)
-LogStream = Literal["stdout", "stderr", "install.log"]
+#: Log streams of an attempt ("install.log" exists when requirements were installed).
+LOG_STREAMS = ("stdout", "stderr", "install.log")
 
 #: Launch may fetch a package and install requirements before it answers.
 LAUNCH_TIMEOUT_S = 1900.0
@@ -106,7 +107,7 @@ class AgentClient:
         return await self._call("POST", "/v1/reset", ResetResult, b"{}", timeout=60.0)
 
     async def logs(
-        self, attempt: str, stream: LogStream = "stdout", *, offset: int = 0, follow: bool = False
+        self, attempt: str, stream: str = "stdout", *, offset: int = 0, follow: bool = False
     ) -> AsyncIterator[bytes]:
         """Yield the log from `offset`; with `follow`, until the attempt exits."""
         params = {"stream": stream, "offset": str(offset), "follow": "1" if follow else "0"}

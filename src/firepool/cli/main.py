@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from firepool.cli.serve import serve as serve_command
+from firepool.cli.serve import token_app
+
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="firepool: warm GPU and CPU capacity broker."
 )
@@ -32,6 +35,9 @@ def bench(ctx: typer.Context, name: str = typer.Argument(..., help="Benchmark na
 
     raise typer.Exit(main([name, *ctx.args]))
 
+
+app.command()(serve_command)
+app.add_typer(token_app, name="token")
 
 if __name__ == "__main__":
     app()

@@ -1,0 +1,91 @@
+"""`firepool serve` and `firepool token create`: the embedded broker from the command line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import typer
+
+from firepool.client.config import default_data_dir
+from firepool.model import FirepoolError
+
+log = logging.getLogger("firepool.serve")
+
+
+def serve(
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="State: store, packages, pods, logs."
+    ),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8321, help="Port to listen on (0: any free port)."),
+    store: str | None = typer.Option(
+        None, "--store", help="postgresql://... or mysql://...; default: SQLite in the data dir."
+    ),
+    catalog: Path | None = typer.Option(None, "--catalog", help="Pool catalog (TOML or YAML)."),
+    fake_gpus: int = typer.Option(0, "--fake-gpus", help="Pretend this many GPUs exist."),
+    isolation: str = typer.Option("auto", help="Pod isolation: auto, private or weak."),
+    delete_pods: bool = typer.Option(
+        False, "--delete-pods", help="Delete every pod on shutdown (default: keep them warm)."
+    ),
+    log_level: str = typer.Option("info", "--log-level"),
+) -> None:
+    """Run the broker: API, dispatcher, scaler and local pods, until SIGINT or SIGTERM."""
+    from firepool.service import logs
+    from firepool.service.catalog import load_catalog
+    from firepool.service.embedded import EmbeddedBroker
+
+    logs.configure(log_level)
+    if isolation not in ("auto", "private", "weak"):
+        raise typer.BadParameter("choose auto, private or weak", param_hint="--isolation")
+    root = data_dir or default_data_dir()
+    try:
+        pools = load_catalog(catalog) if catalog else None
+    except FirepoolError as err:
+        typer.echo(f"error: {err.message}", err=True)
+        raise typer.Exit(2) from None
+    fakes = [f"fake-{i}" for i in range(fake_gpus)] if fake_gpus else None
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with EmbeddedBroker(
+            root,
+            store_url=store,
+            catalog=pools,
+            host=host,
+            port=port,
+            isolation=isolation,  # type: ignore[arg-type]
+            fake_devices=fakes,
+            delete_pods_on_exit=delete_pods,
+        ) as broker:
+            log.info("serving on %s (data dir %s); token in %s", broker.url, root, root / "token")
+            typer.echo(f"firepool serving on {broker.url}", err=True)
+            await stop.wait()
+            log.info("shutting down")
+
+    asyncio.run(run())
+
+
+token_app = typer.Typer(no_args_is_help=True, help="Manage caller tokens.")
+
+
+@token_app.command("create")
+def token_create(
+    name: str = typer.Argument(..., help="The caller this token authenticates."),
+    data_dir: Path | None = typer.Option(None, "--data-dir"),
+    store: str | None = typer.Option(None, "--store"),
+) -> None:
+    """Mint a token for a caller and print it (only its hash is stored)."""
+    from firepool.api.auth import issue_token
+    from firepool.store import open_store
+
+    handle = open_store(store, data_dir=data_dir or default_data_dir())
+    try:
+        typer.echo(issue_token(handle, name))
+    finally:
+        handle.close()

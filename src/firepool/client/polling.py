@@ -1,0 +1,75 @@
+"""Waiting and log following without I/O: the decisions both clients share.
+
+`Backoff` spaces polls (fast at first, so a short job is seen finishing within tens of
+milliseconds; slower later, so a long wait costs the broker about one request a second).
+`LogCursor` walks a job's attempts in order by byte offset: it says what to read next and
+whether to read again at once, wait, look at the job (a finished attempt may have a retry
+after it), or stop. The clients only execute those steps, so following behaves identically
+in sync and async code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from firepool.api.schemas import JobOut, LogsOut
+from firepool.client import calls
+
+
+@dataclass(slots=True)
+class Backoff:
+    first: float = 0.05
+    factor: float = 1.5
+    ceiling: float = 1.0
+    _next: float = field(default=0.0, init=False)
+
+    def delay(self) -> float:
+        """The next pause, growing geometrically up to `ceiling`."""
+        current = self._next or self.first
+        self._next = min(current * self.factor, self.ceiling)
+        return current
+
+    def reset(self) -> None:
+        self._next = 0.0
+
+
+class Step(Enum):
+    READ = "read"  # ask for the next range now
+    WAIT = "wait"  # caught up with a running attempt: pause, then read again
+    CHECK_JOB = "check_job"  # an attempt ended: is there a later one?
+    STOP = "stop"
+
+
+@dataclass(slots=True)
+class LogCursor:
+    """Position in a job's logs: attempt by attempt from `attempt` (0: the whole history)."""
+
+    job_id: str
+    follow: bool
+    attempt: int = 0
+    only_attempt: bool = False
+    offset: int = 0
+    backoff: Backoff = field(default_factory=Backoff)
+
+    def request(self) -> calls.Call[LogsOut]:
+        return calls.logs(self.job_id, attempt=self.attempt, offset=self.offset)
+
+    def feed(self, page: LogsOut) -> Step:
+        """Take one answer; the caller yields `page.data` (if any) and does the returned step."""
+        self.offset = page.next_offset
+        if page.data:
+            self.backoff.reset()
+        if page.next_offset < page.size:
+            return Step.READ
+        if page.complete:
+            return Step.STOP if self.only_attempt else Step.CHECK_JOB
+        return Step.WAIT if self.follow else Step.STOP
+
+    def job_seen(self, job: JobOut) -> Step:
+        """After an attempt completed: move to the next attempt if the job retried."""
+        if job.retries > self.attempt:
+            self.attempt += 1
+            self.offset = 0
+            return Step.READ
+        return Step.STOP

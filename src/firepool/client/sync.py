@@ -1,0 +1,185 @@
+"""`firepool.Client`: the blocking SDK.
+
+    client = firepool.Client()
+    job = client.run("cpu", ["python", "main.py"], package="./agent")
+    print(job.state, job.exit_code, [p.acquisition for p in job.pods])
+
+Requests and answers are built and parsed in `calls` (shared with `AsyncClient`); this class
+only sends them over one keep-alive `httpx.Client` and sleeps between polls.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar, Unpack
+
+import httpx
+from pydantic import BaseModel
+
+from firepool.api.schemas import JobOut
+from firepool.client import calls
+from firepool.client.base import DEFAULT_TIMEOUT, ClientBase, is_digest
+from firepool.client.errors import WaitTimeoutError, unreachable
+from firepool.client.models import PodInfo
+from firepool.client.packaging import load_package
+from firepool.client.polling import Backoff, LogCursor, Step
+from firepool.client.session import session_defaults
+from firepool.model import JobSpec, JobState, PoolSpec
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class Client(ClientBase):
+    """A caller's connection to a broker (URL and token: arguments, else `FIREPOOL_URL` /
+    `FIREPOOL_TOKEN`, else what a local `firepool serve` wrote). Thread-safe."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        data_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        super().__init__(url, token, timeout=timeout, data_dir=data_dir)
+        self._http = httpx.Client(base_url=self.url, headers=self._headers(), timeout=timeout)
+
+    # ------------------------------------------------------------------ plumbing
+    def _send(self, call: calls.Call[ModelT]) -> ModelT:
+        try:
+            response = self._http.request(
+                call.method,
+                call.path,
+                params=call.params or None,
+                json=call.json,
+                content=call.content,
+                headers=call.headers or None,
+            )
+        except httpx.TransportError as err:
+            raise unreachable(self.url, err) from err
+        return call.parse(response)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ jobs
+    def submit(
+        self, pool: str, command: Sequence[str], **options: Unpack[calls.SubmitOptions]
+    ) -> JobOut:
+        """Submit a job and return its record (QUEUED). See `SubmitOptions` for the fields."""
+        package = options.get("package")
+        digest = None if package is None else self.upload_package(package)
+        body = calls.submit_body(
+            pool,
+            command,
+            options,
+            package_digest=digest,
+            session=session_defaults(self._session_key),
+        )
+        return self._send(calls.submit(body))
+
+    def submit_spec(self, spec: JobSpec | Mapping[str, Any]) -> JobOut:
+        """Submit a prepared spec as it is (no session defaults, no package upload)."""
+        return self._send(calls.submit(spec))
+
+    def get(self, job_id: str) -> JobOut:
+        return self._send(calls.get(job_id))
+
+    def list(
+        self,
+        *,
+        state: JobState | str | Iterable[JobState | str] | None = None,
+        pool: str | None = None,
+        queue: str | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[JobOut]:
+        """This caller's jobs, oldest first (the broker's default limit is 100)."""
+        call = calls.list_jobs(state=state, pool=pool, queue=queue, limit=limit)
+        return self._send(call).jobs
+
+    def cancel(self, job_id: str) -> JobOut:
+        """Cancel: a queued job ends at once; a running one comes back RUNNING with
+        `cancel_requested` and is stopped by the broker (use `wait` to see it end)."""
+        return self._send(calls.cancel(job_id))
+
+    def wait(self, job_id: str, timeout: float | None = None) -> JobOut:
+        """Poll until the job is terminal and return it; `WaitTimeoutError` after `timeout`
+        seconds (the job keeps running)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        backoff = Backoff()
+        while True:
+            job = self.get(job_id)
+            if job.state.terminal:
+                return job
+            pause = backoff.delay()
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WaitTimeoutError(job_id, timeout or 0.0, job.state.value)
+                pause = min(pause, left)
+            time.sleep(pause)
+
+    def run(
+        self,
+        pool: str,
+        command: Sequence[str],
+        *,
+        wait_timeout: float | None = None,
+        **options: Unpack[calls.SubmitOptions],
+    ) -> JobOut:
+        """Submit and wait: the finished job, with its exit code and acquisition paths."""
+        job = self.submit(pool, command, **options)
+        return self.wait(job.id, timeout=wait_timeout)
+
+    def logs(
+        self, job_id: str, *, follow: bool = False, attempt: int | None = None
+    ) -> Iterator[str]:
+        """The job's output as text chunks: every attempt in order (or only `attempt`). With
+        `follow`, keeps reading until the job is terminal."""
+        cursor = LogCursor(job_id, follow, attempt=attempt or 0, only_attempt=attempt is not None)
+        step = Step.READ
+        while step is not Step.STOP:
+            if step is Step.CHECK_JOB:
+                step = cursor.job_seen(self.get(job_id))
+                continue
+            if step is Step.WAIT:
+                time.sleep(cursor.backoff.delay())
+            page = self._send(cursor.request())
+            step = cursor.feed(page)
+            if page.data:
+                yield page.data
+
+    # ------------------------------------------------------------------ packages
+    def upload_package(self, source: str | os.PathLike[str]) -> str:
+        """Upload a directory (zipped deterministically) or a zip file, once per digest per
+        client; returns the digest to name it in `submit(package=...)`. A digest passes
+        through untouched."""
+        if is_digest(source):
+            return str(source)
+        package = load_package(source)
+        if package.digest not in self._uploaded:
+            stored = self._send(calls.upload_package(package.data))
+            self._uploaded.add(stored.digest)
+        return package.digest
+
+    # ------------------------------------------------------------------ capacity
+    def pools(self) -> builtins.list[PoolSpec]:
+        return self._send(calls.pools()).pools
+
+    def pods(self) -> builtins.list[PodInfo]:
+        return self._send(calls.pods()).pods

@@ -1,0 +1,111 @@
+"""A real broker API for SDK and CLI tests: SQLite store, disk packages, file logs, served by
+uvicorn on a real socket, and helpers that move jobs through the store's own API the way the
+dispatcher would (start, log, finish), so clients can be tested end to end without pods.
+
+One uvicorn serves a whole test session through `AppSwitch`; each test installs a fresh app
+over its own temporary directory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from firepool.api import FileLogSource, create_app, issue_token
+from firepool.model import AcquisitionPath, ErrorCode, JobState, PoolSpec
+from firepool.packages import DiskPackageStore
+from firepool.store import JobRecord, PodBinding, SqlJobStore, open_store
+
+POOLS = (
+    PoolSpec(name="cpu", max_count=4),
+    PoolSpec(name="gpu", accelerator="fake", accelerators_per_pod=1),
+)
+
+
+class AppSwitch:
+    """An ASGI app that forwards to whichever app the current test installed."""
+
+    def __init__(self) -> None:
+        self.app: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self.app is not None, "no app installed for this test"
+        await self.app(scope, receive, send)
+
+
+@dataclass
+class LiveBroker:
+    url: str
+    data_dir: Path
+    store: SqlJobStore
+    packages: DiskPackageStore
+    logs: FileLogSource
+    tokens: dict[str, str]
+
+    def write_local_defaults(self, caller: str = "alice") -> None:
+        """What `firepool serve --data-dir` leaves for local clients."""
+        (self.data_dir / "url").write_text(self.url + "\n")
+        (self.data_dir / "token").write_text(self.tokens[caller] + "\n")
+
+    def job(self, job_id: str) -> JobRecord:
+        job = self.store.get(job_id)
+        assert job is not None, job_id
+        return job
+
+    def start(self, job_id: str, pod: str = "cpu-0") -> JobRecord:
+        binding = PodBinding(0, pod, AcquisitionPath.WARM, "no_own_pod")
+        return self.store.start(self.job(job_id), [binding], now=time.time())
+
+    def log(self, job_id: str, text: str, retry: int = 0) -> None:
+        self.logs.append(job_id, retry, text.encode())
+
+    def retry(self, job_id: str) -> JobRecord:
+        return self.store.requeue(self.job(job_id), now=time.time(), error_class=ErrorCode.POD_LOST)
+
+    def finish(
+        self,
+        job_id: str,
+        state: JobState = JobState.SUCCEEDED,
+        *,
+        exit_code: int | None = 0,
+        error_class: ErrorCode | None = None,
+        message: str | None = None,
+    ) -> JobRecord:
+        job = self.job(job_id)
+        if job.state == JobState.QUEUED:
+            job = self.start(job_id)
+        return self.store.finish(
+            job,
+            state,
+            now=time.time(),
+            exit_code=exit_code,
+            error_class=error_class,
+            message=message,
+        )
+
+
+@contextmanager
+def live_broker(
+    switch: AppSwitch,
+    url: str,
+    data_dir: Path,
+    *,
+    pools: Sequence[PoolSpec] = POOLS,
+    callers: Sequence[str] = ("alice", "bob"),
+) -> Iterator[LiveBroker]:
+    """Install a fresh app over `data_dir` behind `switch` (already served at `url`)."""
+    store = open_store(data_dir=data_dir)
+    packages = DiskPackageStore(data_dir / "packages")
+    logs = FileLogSource(data_dir / "logs")
+    switch.app = create_app(store, packages, list(pools), logs=logs)
+    tokens = {name: issue_token(store, name) for name in callers}
+    try:
+        yield LiveBroker(url, data_dir, store, packages, logs, tokens)
+    finally:
+        switch.app = None
+        store.close()

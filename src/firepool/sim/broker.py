@@ -1,0 +1,301 @@
+"""The broker in virtual time: executes the control plane's decisions as the service does.
+
+Every decision comes from `control/`: the dispatcher's queue order and claims
+(`dispatch_pass` over the `Tracker`), the scaler's plan (`plan`), budget admission (`admit`
+through the `BudgetLedger`), holds, retirements, standby promotions through the per-GPU gate,
+and the attempt verdict (`judge`). This module only does what a driver does: commit to the
+store, call the (virtual) backend, wait the venue's delays, and feed events back. Dispatch is
+event-driven (submission, release, pod ready, pod deleted wake it) and the scaler reconciles on
+demand and every `reconcile_s`, like the service.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from firepool.control.admission import admit
+from firepool.control.budgets import BudgetLedger
+from firepool.control.dispatch import AttemptEnd, QueuedJob, dispatch_pass, judge
+from firepool.control.records import ClaimRequest, Lease, Promotion, Retired
+from firepool.control.scaler import QueuedDemand, plan
+from firepool.control.tracker import Tracker
+from firepool.model import AcquisitionPath, JobSpec, PodState, PoolSpec
+from firepool.sim.backend import VirtualBackend
+from firepool.sim.loop import EventLoop
+from firepool.sim.memstore import MemStore
+from firepool.sim.venue import Venue
+from firepool.store.records import JobRecord, PodBinding
+
+_STANDBY = AcquisitionPath.STANDBY
+
+
+@dataclass(slots=True)
+class JobStats:
+    """What one job saw; start latency is `first - submitted` (submit -> first instruction)."""
+
+    job: str
+    caller: str
+    pool: str
+    submitted: float
+    duration: float
+    assigned: float = -1.0
+    launched: float = -1.0  # the pod starts the hand-off (after the GPU gate and promotion)
+    first: float = -1.0
+    finished: float = -1.0
+    paths: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+    on_done: Callable[[JobStats], None] | None = field(default=None, repr=False)
+
+    @property
+    def queue_wait(self) -> float:
+        """Submit -> a pod starts taking the job (claim, per-GPU gate, standby promotion): the
+        broker paper's queue wait, which for a standby includes its promotion."""
+        return self.launched - self.submitted
+
+    @property
+    def start_latency(self) -> float:
+        return self.first - self.submitted
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """A fixed-duration job as a workload submits it."""
+
+    caller: str
+    pool: str
+    duration: float
+    tag: str = ""
+    queue: str = "default"
+    single_use: bool = False
+    pods: int = 1
+
+
+class SimBroker:
+    """One broker over some pools, a budget ledger and a virtual backend."""
+
+    def __init__(
+        self,
+        loop: EventLoop,
+        venue: Venue,
+        pools: Iterable[PoolSpec],
+        budgets: dict[str, int],
+        rng: random.Random,
+        *,
+        reconcile_s: float = 30.0,
+    ) -> None:
+        self.loop = loop
+        self.venue = venue
+        self.rng = rng
+        self.specs = {p.name: p for p in pools}
+        self.tracker = Tracker(self.specs.values())
+        self.ledger = BudgetLedger(budgets)
+        self.store = MemStore()
+        self.backend = VirtualBackend(loop, venue, rng, self._pod_ready, self._pod_deleted)
+        self.reconcile_s = reconcile_s
+        self.queued: dict[str, QueuedJob] = {}
+        self.stats: dict[str, JobStats] = {}
+        self.records: dict[str, JobRecord] = {}
+        self._names = (f"pod-{i}" for i in itertools.count())
+        self._specs_cache: dict[tuple[str, str, str, bool, int], JobSpec] = {}
+        self._dispatch_pending = False
+        self._reconcile_pending: set[str] = set()
+        self._in_flight_units = 0
+        self.peak_units = 0  # peak units wanted by submitted, unfinished jobs
+        self._unit_of = {p.name: max(1, p.units_per_pod) for p in self.specs.values()}
+        self._stopped = False
+        loop.after(reconcile_s, self._periodic)
+
+    # ---------------------------------------------------------------- set-up
+    def warm_up(self) -> None:
+        """Create every pool's floor and run until it is ready (the state a benchmark starts
+        from, since arms follow one another on a live pool)."""
+        for pool in self.specs:
+            self._reconcile(pool)
+        self.loop.run(stop=lambda: self.backend.starting == 0)
+
+    def stop(self) -> None:
+        """Stop the periodic reconcile so the loop can drain."""
+        self._stopped = True
+
+    # ---------------------------------------------------------------- submission
+    def _spec(self, req: JobRequest) -> JobSpec:
+        key = (req.pool, req.queue, req.tag, req.single_use, req.pods)
+        spec = self._specs_cache.get(key)
+        if spec is None:
+            spec = JobSpec(pool=req.pool, command=["sim"], queue=req.queue, lease_tag=req.tag,
+                           single_use=req.single_use, pods=req.pods, timeout_s=None)
+            if len(self._specs_cache) < 4096:
+                self._specs_cache[key] = spec
+        return spec
+
+    def submit(self, req: JobRequest, on_done: Callable[[JobStats], None] | None = None) -> str:
+        now = self.loop.now
+        record = self.store.submit(req.caller, self._spec(req), now=now).job
+        job = record.id
+        self.records[job] = record
+        self.stats[job] = JobStats(job, req.caller, req.pool, now, req.duration, on_done=on_done)
+        self._in_flight_units += req.pods * self._unit_of[req.pool]
+        self.peak_units = max(self.peak_units, self._in_flight_units)
+        self.loop.after(self.venue.accept.sample(self.rng), self._accepted, (job, req))
+        return job
+
+    def _accepted(self, arg: tuple[str, JobRequest]) -> None:
+        job, req = arg
+        now = self.loop.now
+        request = ClaimRequest(job, req.caller, req.pool, req.queue, req.tag, req.pods,
+                               req.single_use, queued_at=now)
+        self.queued[job] = QueuedJob(request, 0, now)
+        self._wake_dispatch()
+
+    # ---------------------------------------------------------------- dispatch
+    def _wake_dispatch(self) -> None:
+        if not self._dispatch_pending and self.queued:
+            self._dispatch_pending = True
+            self.loop.after(self.venue.dispatch.sample(self.rng), self._dispatch)
+
+    def _dispatch(self, _: object = None) -> None:
+        self._dispatch_pending = False
+        if not self.queued:
+            return
+        now = self.loop.now
+        result = dispatch_pass(self.tracker, list(self.queued.values()), now)
+        for lease in result.leases:
+            self._commit(lease, now)
+        pools = {self.queued[w.job].request.pool for w in result.waiting}
+        for pool in pools:
+            self._wake_reconcile(pool)
+
+    def _commit(self, lease: Lease, now: float) -> None:
+        job = lease.job
+        del self.queued[job]
+        bindings = [
+            PodBinding(rank, p.name, p.path, p.reason.value, lease.pool)
+            for rank, p in enumerate(lease.pods)
+        ]
+        self.records[job] = self.store.start(self.records[job], bindings, now=now)
+        st = self.stats[job]
+        st.assigned = now
+        st.paths = tuple(p.path.value for p in lease.pods)
+        st.reasons = tuple(p.reason.value for p in lease.pods)
+        if lease.launchable:
+            self._launch(job, any(p.path is _STANDBY for p in lease.pods))
+        # else: a gated standby; `_promoted` launches it when the card's gate passes.
+
+    def _launch(self, job: str, standby: bool) -> None:
+        for name in self.tracker.job_pods(job):
+            self.tracker.mark_running(name)
+        v, rng = self.venue, self.rng
+        delay = v.handoff.sample(rng) + v.first_instruction.sample(rng)
+        promote = v.promote.sample(rng) if standby else 0.0
+        self.stats[job].launched = self.loop.now + promote
+        self.loop.after(delay + promote, self._first_instruction, job)
+
+    def _first_instruction(self, job: str) -> None:
+        st = self.stats[job]
+        st.first = self.loop.now
+        self.loop.after(st.duration, self._exited, job)
+
+    def _exited(self, job: str) -> None:
+        st = self.stats[job]
+        st.finished = self.loop.now
+        verdict = judge(AttemptEnd(exit_code=0), self.records[job].retries, 0)
+        self.records[job] = self.store.finish(self.records[job], verdict.state, now=st.finished,
+                                              exit_code=verdict.exit_code)
+        self._in_flight_units -= len(st.paths) * self._unit_of[st.pool]
+        self.loop.after(self.venue.reset.sample(self.rng), self._reset_done, job)
+        if st.on_done is not None:
+            st.on_done(st)
+
+    def _reset_done(self, job: str) -> None:
+        now = self.loop.now
+        result = self.tracker.release(job, now)
+        for _, until in result.held:
+            self.loop.at(until, self._expire_holds)
+        self._retired(result.retired)
+        self._promoted(result.promoted)
+        self._wake_dispatch()
+        self._wake_reconcile(self.stats[job].pool)
+
+    def _promoted(self, promotions: Iterable[Promotion]) -> None:
+        for promo in promotions:
+            if promo.job_launchable:
+                self._launch(promo.job, True)
+
+    def _retired(self, retired: Iterable[Retired]) -> None:
+        for r in retired:
+            self.backend.delete(r.pod)
+
+    def _expire_holds(self, _: object = None) -> None:
+        self._retired(self.tracker.expire_holds(self.loop.now))
+
+    # ---------------------------------------------------------------- scaling
+    def _wake_reconcile(self, pool: str) -> None:
+        if pool not in self._reconcile_pending:
+            self._reconcile_pending.add(pool)
+            self.loop.after(0.0, self._reconcile_event, pool)
+
+    def _reconcile_event(self, pool: str) -> None:
+        self._reconcile_pending.discard(pool)
+        self._reconcile(pool)
+
+    def _periodic(self, _: object = None) -> None:
+        if self._stopped:
+            return
+        self._expire_holds()
+        for pool in self.specs:
+            self._reconcile(pool)
+        self.loop.after(self.reconcile_s, self._periodic)
+
+    def _reconcile(self, pool: str) -> None:
+        spec = self.specs[pool]
+        now = self.loop.now
+        demand = [
+            QueuedDemand(q.request.caller, q.request.pods, q.request.single_use)
+            for q in self.queued.values()
+            if q.request.pool == pool
+        ]
+        tracker = self.tracker
+        p = plan(spec, tracker.pool_pods(pool), tracker.pool_groups(pool), demand, now,
+                 headroom_units=self.ledger.headroom(spec.budget_resource))
+        units = max(1, spec.units_per_pod)
+        for order in admit(p, spec, self.ledger, lambda: next(self._names)):
+            tracker.add_pod(order.pod, pool, now, role=order.role, group=order.group,
+                            single_use=order.single_use, image=order.image)
+            if order.holder is not None:
+                self.backend.reserve(units)
+            self.backend.create(order.pod)
+        for r in p.retire:
+            if tracker.retire(r.pod, r.reason):
+                self.backend.delete(r.pod)
+
+    # ---------------------------------------------------------------- backend events
+    def _pod_ready(self, name: str) -> None:
+        pod = self.tracker.get(name)
+        if pod is None:
+            return
+        if pod.state is not PodState.STARTING:
+            if pod.state is PodState.RETIRING:
+                self.backend.delete(name)
+            return
+        self.tracker.pod_ready(name, self.loop.now)
+        self._wake_dispatch()
+
+    def _pod_deleted(self, name: str) -> None:
+        pod = self.tracker.get(name)
+        pool = pod.pool if pod is not None else None
+        freed, promoted = self.tracker.pod_deleted(name)
+        if freed is not None:
+            self.ledger.release(freed)
+            if pool is not None:
+                self.backend.free(max(1, self.specs[pool].units_per_pod))
+        self._promoted(promoted)
+        if pool is not None:
+            self._wake_reconcile(pool)
+        self._wake_dispatch()
+
+    # ---------------------------------------------------------------- results
+    def finished(self) -> list[JobStats]:
+        return [s for s in self.stats.values() if s.finished >= 0.0]

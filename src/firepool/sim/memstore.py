@@ -1,0 +1,192 @@
+"""An in-memory `JobStore` for the simulator: the same compare-and-set contract, no disk.
+
+Implemented: submit (with request-id idempotency), get, list_jobs, start, finish, requeue,
+cancel, record_timing, attempts, add_package, get_package, add_token, caller_for_token,
+revoke_token, close. Every state change checks the caller's record version and raises
+`LostRaceError` on a mismatch, exactly as the SQL store does, so a driver bug that would lose a
+race in production loses it here too. Not thread-safe: the simulator is single-threaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Collection, Sequence
+
+from firepool.model import ConflictError, ErrorCode, JobSpec, JobState, LostRaceError, NotFoundError
+from firepool.store.records import (
+    AttemptRecord,
+    JobRecord,
+    PackageRecord,
+    PodBinding,
+    Submitted,
+    timings,
+)
+
+
+class MemStore:
+    """Jobs, attempts, packages and tokens in dictionaries."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobRecord] = {}
+        self._attempts: dict[str, list[AttemptRecord]] = {}
+        self._requests: dict[tuple[str, str], str] = {}
+        self._packages: dict[str, PackageRecord] = {}
+        self._tokens: dict[str, str] = {}
+        self._ids = itertools.count(1)
+
+    # ---------------------------------------------------------------- jobs
+    def submit(self, caller: str, spec: JobSpec, *, now: float) -> Submitted:
+        if spec.request_id is not None:
+            known = self._requests.get((caller, spec.request_id))
+            if known is not None:
+                job = self._jobs[known]
+                if job.spec != spec:
+                    raise ConflictError("request_id reused with a different spec",
+                                        field="request_id")
+                return Submitted(job, False)
+        job_id = f"j{next(self._ids)}"
+        job = JobRecord(job_id, caller, spec, JobState.QUEUED, 1,
+                        timings=timings(submitted=now))
+        self._jobs[job_id] = job
+        self._attempts[job_id] = []
+        if spec.request_id is not None:
+            self._requests[(caller, spec.request_id)] = job_id
+        return Submitted(job, True)
+
+    def get(self, job_id: str) -> JobRecord | None:
+        return self._jobs.get(job_id)
+
+    def list_jobs(
+        self,
+        *,
+        caller: str | None = None,
+        states: Collection[JobState] = (),
+        pool: str | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[JobRecord]:
+        out: list[JobRecord] = []
+        for job in self._jobs.values():  # insertion order is submission order
+            if caller is not None and job.caller != caller:
+                continue
+            if states and job.state not in states:
+                continue
+            if pool is not None and job.spec.pool != pool:
+                continue
+            if queue is not None and job.spec.queue != queue:
+                continue
+            out.append(job)
+            if len(out) >= limit:
+                break
+        return out
+
+    def _current(self, job: JobRecord) -> JobRecord:
+        row = self._jobs.get(job.id)
+        if row is None:
+            raise NotFoundError(f"job {job.id} not found", field="job")
+        if row.version != job.version:
+            raise LostRaceError(f"job {job.id} moved on (version {row.version})", field="job")
+        return row
+
+    def start(self, job: JobRecord, bindings: Sequence[PodBinding], *, now: float) -> JobRecord:
+        row = self._current(job)
+        if row.state is not JobState.QUEUED:
+            raise LostRaceError(f"job {job.id} is {row.state}, not queued", field="job")
+        new = dataclasses.replace(
+            row, state=JobState.RUNNING, version=row.version + 1, pods=tuple(bindings),
+            timings=timings(row.timings, assigned=now),
+        )
+        self._jobs[job.id] = new
+        self._attempts[job.id].append(
+            AttemptRecord(new.attempt, job.id, new.retries, JobState.RUNNING, now, None, None,
+                          None, tuple(bindings))
+        )
+        return new
+
+    def _close_attempt(self, job: JobRecord, state: JobState, now: float,
+                       exit_code: int | None, error: ErrorCode | None) -> None:
+        attempts = self._attempts[job.id]
+        if attempts and attempts[-1].finished_at is None:
+            attempts[-1] = dataclasses.replace(attempts[-1], state=state, finished_at=now,
+                                               exit_code=exit_code, error_class=error)
+
+    def finish(
+        self,
+        job: JobRecord,
+        state: JobState,
+        *,
+        now: float,
+        exit_code: int | None = None,
+        error_class: ErrorCode | None = None,
+        message: str | None = None,
+    ) -> JobRecord:
+        row = self._current(job)
+        if not state.terminal:
+            raise ConflictError(f"{state} is not terminal", field="state")
+        new = dataclasses.replace(
+            row, state=state, version=row.version + 1, exit_code=exit_code,
+            error_class=error_class, message=message, timings=timings(row.timings, finished=now),
+        )
+        self._jobs[job.id] = new
+        self._close_attempt(new, state, now, exit_code, error_class)
+        return new
+
+    def requeue(
+        self, job: JobRecord, *, now: float, error_class: ErrorCode | None = None
+    ) -> JobRecord:
+        row = self._current(job)
+        if row.state is not JobState.RUNNING:
+            raise LostRaceError(f"job {job.id} is {row.state}, not running", field="job")
+        self._close_attempt(row, JobState.FAILED, now, None, error_class)
+        new = dataclasses.replace(row, state=JobState.QUEUED, version=row.version + 1,
+                                  retries=row.retries + 1, error_class=error_class)
+        self._jobs[job.id] = new
+        return new
+
+    def cancel(self, job_id: str, *, now: float) -> JobRecord:
+        row = self._jobs.get(job_id)
+        if row is None:
+            raise NotFoundError(f"job {job_id} not found", field="job")
+        if row.state.terminal:
+            return row
+        if row.state is JobState.RUNNING:
+            new = dataclasses.replace(row, cancel_requested=True, version=row.version + 1)
+        else:
+            new = dataclasses.replace(row, state=JobState.CANCELLED, version=row.version + 1,
+                                      error_class=ErrorCode.CANCELLED,
+                                      timings=timings(row.timings, finished=now))
+        self._jobs[job_id] = new
+        return new
+
+    def record_timing(self, job: JobRecord, name: str, at: float) -> None:
+        row = self._jobs.get(job.id)
+        if row is not None:
+            self._jobs[job.id] = dataclasses.replace(row, timings=timings(row.timings, **{name: at}))
+
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        return list(self._attempts.get(job_id, ()))
+
+    # ---------------------------------------------------------------- packages
+    def add_package(self, digest: str, size: int, *, caller: str, now: float) -> PackageRecord:
+        known = self._packages.get(digest)
+        if known is None:
+            known = self._packages[digest] = PackageRecord(digest, size, now, caller)
+        return known
+
+    def get_package(self, digest: str) -> PackageRecord | None:
+        return self._packages.get(digest)
+
+    # ---------------------------------------------------------------- callers
+    def add_token(self, caller: str, token_hash: str, *, now: float) -> None:
+        self._tokens[token_hash] = caller
+
+    def caller_for_token(self, token_hash: str) -> str | None:
+        return self._tokens.get(token_hash)
+
+    def revoke_token(self, token_hash: str) -> None:
+        self._tokens.pop(token_hash, None)
+
+    def close(self) -> None:
+        self._jobs.clear()
+        self._attempts.clear()

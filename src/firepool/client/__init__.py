@@ -14,10 +14,10 @@ from firepool.client.aio import AsyncClient
 from firepool.client.calls import SubmitOptions
 from firepool.client.config import ClientConfig, LocalDefaults, local_defaults, resolve
 from firepool.client.errors import ERROR_CLASSES, WaitTimeoutError, status_of
-from firepool.client.models import PodInfo
 from firepool.client.packaging import Package, load_package, zip_directory
 from firepool.client.session import Session
 from firepool.client.sync import Client
+from firepool.service.routes import PodOut as PodInfo
 
 __all__ = [
     "ERROR_CLASSES",

@@ -25,11 +25,11 @@ from firepool.api.schemas import JobOut
 from firepool.client import calls
 from firepool.client.base import DEFAULT_TIMEOUT, ClientBase, is_digest
 from firepool.client.errors import WaitTimeoutError, unreachable
-from firepool.client.models import PodInfo
 from firepool.client.packaging import load_package
 from firepool.client.polling import Backoff, LogCursor, Step
 from firepool.client.session import session_defaults
 from firepool.model import JobSpec, JobState, PoolSpec
+from firepool.service.routes import PodOut
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -181,5 +181,5 @@ class AsyncClient(ClientBase):
     async def pools(self) -> builtins.list[PoolSpec]:
         return (await self._send(calls.pools())).pools
 
-    async def pods(self) -> builtins.list[PodInfo]:
+    async def pods(self) -> builtins.list[PodOut]:
         return (await self._send(calls.pods())).pods

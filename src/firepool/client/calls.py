@@ -20,8 +20,8 @@ from pydantic import BaseModel
 
 from firepool.api.schemas import JobListOut, JobOut, LogsOut, PackageOut, PoolListOut
 from firepool.client.errors import error_from_response
-from firepool.client.models import PodListOut
 from firepool.model import JobKind, JobSpec, JobState, Topology
+from firepool.service.routes import PodList
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -75,7 +75,7 @@ ROUTES: dict[str, Route] = {
     ),
     "upload_package": Route("POST", "/v1/packages", raw_body=True, result=PackageOut),
     "pools": Route("GET", "/v1/pools", result=PoolListOut),
-    "pods": Route("GET", "/v1/pods", result=PodListOut),
+    "pods": Route("GET", "/v1/pods", result=PodList),
 }
 
 
@@ -163,8 +163,8 @@ def pools() -> Call[PoolListOut]:
     return _call("pools", PoolListOut)
 
 
-def pods() -> Call[PodListOut]:
-    return _call("pods", PodListOut)
+def pods() -> Call[PodList]:
+    return _call("pods", PodList)
 
 
 def submit_body(

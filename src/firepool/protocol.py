@@ -263,6 +263,10 @@ class Health(StrictModel):
     warm_modules: list[str] = Field(default_factory=list)
     devices: list[str] = Field(default_factory=list)
     pid: int
+    #: The last reset detached the old scratch tmpfs; its pages are still being freed (the
+    #: next launch waits for that). `last_scratch_release_ms` is how long the last release took.
+    scratch_releasing: bool = False
+    last_scratch_release_ms: float = 0.0
 
 
 # --------------------------------------------------------------------------- agent config

@@ -21,6 +21,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import threading
+import time
 from pathlib import Path
 
 from firepool.protocol import IsolationMode
@@ -75,6 +77,9 @@ class Scratch:
         self.shm_mib = shm_mib
         self.tmp_mib = tmp_mib
         self.mounts: list[tuple[str, int]] = []  # (target, size) of our own tmpfs mounts
+        self._releasing = threading.Event()
+        self._releasing.set()
+        self.last_release_ms = 0.0
         self.mode = IsolationMode.WEAK
         self.tmpdir = str(pod_tmp)
         if mode is not IsolationMode.WEAK:
@@ -119,10 +124,38 @@ class Scratch:
             self.mode = IsolationMode.WEAK
 
     def wipe_mounts(self) -> None:
-        """Replace each private tmpfs by a new, empty one (raises on failure)."""
-        for target, size in self.mounts:
-            umount(target)
-            mount_tmpfs(target, size)
+        """Replace each private tmpfs by a new, empty one (raises on failure).
+
+        The old instance is detached while we still hold a descriptor on its root, so the
+        unmount itself is O(1): from that moment no path reaches the old files. Dropping the
+        descriptor frees the pages (about 0.2 s per GiB here), and that happens on a background
+        thread; `wait_released` lets the next launch wait for the memory to be back."""
+        held: list[int] = []
+        try:
+            for target, size in self.mounts:
+                held.append(os.open(target, os.O_RDONLY | os.O_DIRECTORY))
+                umount(target)
+                mount_tmpfs(target, size)
+        finally:
+            if held:
+                self._releasing.clear()
+                threading.Thread(
+                    target=self._release, args=(held,), name="scratch-release", daemon=True
+                ).start()
+
+    def _release(self, fds: list[int]) -> None:
+        start = time.perf_counter()
+        for fd in fds:
+            os.close(fd)
+        self.last_release_ms = (time.perf_counter() - start) * 1000
+        self._releasing.set()
+
+    @property
+    def released(self) -> bool:
+        return self._releasing.is_set()
+
+    def wait_released(self, timeout: float = 60.0) -> bool:
+        return self._releasing.wait(timeout)
 
     def is_mounted(self, path: Path) -> bool:
         return str(path) in {t for t, _ in self.mounts}

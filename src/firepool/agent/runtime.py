@@ -122,6 +122,8 @@ class Agent:
                 warm_modules=self.zygote.modules,
                 devices=list(self.config.devices),
                 pid=self.pid,
+                scratch_releasing=not self.scratch.released,
+                last_scratch_release_ms=round(self.scratch.last_release_ms, 3),
             )
 
     # ------------------------------------------------------------------ launch
@@ -132,6 +134,7 @@ class Agent:
             if dup is not None:
                 return dup
             t0 = time.perf_counter()
+            self.scratch.wait_released()  # the last reset's scratch memory is back
             attempt_dir = self.layout.attempt_logs(req.attempt)
             package_cached = requirements_cached = False
             if req.package is not None:

@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 from typing import Any
 
 from firepool.agent.entry import python_entry, sys_argv_for
@@ -136,7 +137,10 @@ def _run_python(req: dict[str, Any], errpipe: int) -> None:
         elif entry.kind == "module":
             runpy.run_module(entry.target, run_name="__main__", alter_sys=True)
         else:
-            exec(compile(entry.target, "<string>", "exec"), {"__name__": "__main__"})
+            # a real __main__ module, as CPython gives `-c` code (pickle, multiprocessing)
+            main = types.ModuleType("__main__")
+            sys.modules["__main__"] = main
+            exec(compile(entry.target, "<string>", "exec"), main.__dict__)
     except SystemExit as exc:
         code = _exit_code(exc)
     except BaseException:

@@ -5,6 +5,10 @@ figure includes the HTTP round trip): a clean job; 10,000 scratch files in the w
 leftover processes (setsid'd daemons); /dev/shm filled; and all three at once. The paper's
 figures for comparison (k3d, 130 trials): clean 9.3 ms, 10,000 files 187 ms, 8 GiB of shm
 1.35 s, leftover processes about 110 ms, worst case 1.67 s.
+
+In private mode the reset detaches the old scratch tmpfs instances and frees their pages on a
+background thread (the next launch waits for it); that release time is reported separately, so
+the reset figure is what the broker waits for and the release is what the pod's memory waits for.
 """
 
 from __future__ import annotations
@@ -104,6 +108,7 @@ async def _measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     }
     client_ms: dict[str, list[float]] = {}
     agent_ms: dict[str, list[float]] = {}
+    release_ms: dict[str, list[float]] = {}
     n = 0
     try:
         for name, code in scenarios.items():
@@ -120,6 +125,11 @@ async def _measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     raise RuntimeError(f"{name}: unclean reset: {result.reason}")
                 client_ms.setdefault(name, []).append(elapsed)
                 agent_ms.setdefault(name, []).append(result.duration_ms)
+                health = await client.health()
+                while health.scratch_releasing:
+                    await asyncio.sleep(0.005)
+                    health = await client.health()
+                release_ms.setdefault(name, []).append(health.last_scratch_release_ms)
     finally:
         await client.aclose()
         await backend.close()
@@ -134,7 +144,8 @@ async def _measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         out[f"{name}_reset_ms_p50"] = percentile(client_ms[name], 50)
         out[f"{name}_reset_ms_p90"] = percentile(client_ms[name], 90)
         out[f"{name}_reset_agent_ms_p50"] = percentile(agent_ms[name], 50)
-    out["_tables"] = (client_ms, agent_ms)
+        out[f"{name}_background_release_ms_p50"] = percentile(release_ms[name], 50)
+    out["_tables"] = (client_ms, agent_ms, release_ms)
     return out
 
 
@@ -152,12 +163,13 @@ def main(argv: list[str]) -> int:
     finally:
         if args.root is None:
             shutil.rmtree(root, ignore_errors=True)
-    client_ms, agent_ms = result.pop("_tables")
+    client_ms, agent_ms, release_ms = result.pop("_tables")
     targets = {"clean": "<= 10 ms", "files10k": "<= 190 ms"}
     rows = [
         (
-            f"{name} reset ms p50 (client / agent)",
-            f"{fmt(client_ms[name])} / {percentile(agent_ms[name], 50):.2f}",
+            f"{name} reset ms p50 (client / agent / background release)",
+            f"{fmt(client_ms[name])} / {percentile(agent_ms[name], 50):.2f}"
+            f" / {percentile(release_ms[name], 50):.1f}",
             targets.get(name, "-"),
         )
         for name in client_ms

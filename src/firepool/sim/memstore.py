@@ -162,7 +162,8 @@ class MemStore:
     def record_timing(self, job: JobRecord, name: str, at: float) -> None:
         row = self._jobs.get(job.id)
         if row is not None:
-            self._jobs[job.id] = dataclasses.replace(row, timings=timings(row.timings, **{name: at}))
+            changed = timings(row.timings, **{name: at})
+            self._jobs[job.id] = dataclasses.replace(row, timings=changed)
 
     def attempts(self, job_id: str) -> list[AttemptRecord]:
         return list(self._attempts.get(job_id, ()))

@@ -150,7 +150,7 @@ def load_venue(name_or_path: str) -> Venue:
         return PRESETS[name_or_path]
     path = Path(name_or_path)
     if not path.exists():
-        raise ValueError(f"unknown venue {name_or_path!r}: not a preset {sorted(PRESETS)} nor a file")
+        raise ValueError(f"unknown venue {name_or_path!r}: no preset {sorted(PRESETS)}, no file")
     data = json.loads(path.read_text())
     if not isinstance(data, dict):
         raise ValueError(f"venue file {path} must hold a JSON object")

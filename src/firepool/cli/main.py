@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from firepool.cli import capacity, jobs, run
 from firepool.cli.serve import serve as serve_command
 from firepool.cli.serve import token_app
 
@@ -38,6 +39,8 @@ def bench(ctx: typer.Context, name: str = typer.Argument(..., help="Benchmark na
 
 app.command()(serve_command)
 app.add_typer(token_app, name="token")
+for commands in (run, jobs, capacity):
+    commands.register(app)
 
 if __name__ == "__main__":
     app()

@@ -223,7 +223,13 @@ def test_ten_thousand_files_are_removed(env: Env) -> None:
 def test_warm_interpreter_has_preloaded_modules(env: Env) -> None:
     health = env.loop.run(env.client.health())
     assert "json" in health.warm_modules
-    code = "import sys, json; print(json.dumps({'json': 'json' in sys.modules, 'argv': sys.argv}))"
+    code = """
+    import sys, json, pickle
+    class Point:  # defined in __main__: pickling needs a real __main__ module
+        pass
+    pickle.loads(pickle.dumps(Point()))
+    print(json.dumps({'json': 'json' in sys.modules, 'argv': sys.argv}))
+    """
     seen = env.loop.run(json_job(env.client, env.attempt(), code))
     assert seen["json"] is True and seen["argv"] == ["-c"]
     env.reset_clean()

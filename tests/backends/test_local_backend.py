@@ -12,13 +12,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pod_helpers import backend_at, json_job, make_pod, pods_processes, run_job
+from pod_helpers import (
+    backend_at,
+    json_job,
+    make_pod,
+    pods_processes,
+    read_log,
+    run_job,
+    wait_exit,
+)
 
 from firepool.agent import procfs
 from firepool.backends.base import PodBackend, PodCreate
 from firepool.backends.local import LocalBackend
 from firepool.model import PodRole, PoolSpec, UnavailableError
-from firepool.protocol import IsolationMode, LaunchRequest, PackageRef, sha256_digest
+from firepool.protocol import (
+    IsolationMode,
+    LaunchRequest,
+    PackageRef,
+    RequirementsRef,
+    sha256_digest,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -136,6 +150,37 @@ class _Serve:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/pkg"
 
 
+def _wheel(dir: Path) -> Path:
+    path = dir / "fpdemo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("fpdemo.py", "VERSION = '1.0'\n")
+        zf.writestr("fpdemo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: fpdemo\n"
+                    "Version: 1.0\n")  # fmt: skip
+        zf.writestr("fpdemo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: t\n"
+                    "Root-Is-Purelib: true\nTag: py3-none-any\n")  # fmt: skip
+        zf.writestr("fpdemo-1.0.dist-info/RECORD", "")
+    return path
+
+
+def test_requirements_install_once_per_digest_and_are_importable() -> None:
+    code = "import fpdemo; print(fpdemo.VERSION)"
+    with backend_at("deps") as (backend, loop, root):
+        # the wheel lives outside /tmp: a private pod has its own /tmp
+        req = RequirementsRef.of(f"--no-index\n{_wheel(root)}\n")
+        _record, client = loop.run(make_pod(backend, CPU))
+        for retry, (argv, cached) in enumerate(
+            [(["python", "-c", code], False), (["sh", "-c", f"python -c '{code}'"], True)]
+        ):
+            attempt = f"d:{retry}"
+            resp = loop.run(
+                client.launch(LaunchRequest(attempt=attempt, argv=argv, requirements=req))
+            )
+            assert resp.requirements_cached is cached
+            loop.run(wait_exit(client, attempt))
+            assert loop.run(read_log(client, attempt)).strip() == "1.0"  # fork and exec paths
+            assert loop.run(client.reset()).clean
+
+
 def test_package_is_fetched_unpacked_and_cached_per_pod() -> None:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
@@ -155,8 +200,6 @@ def test_package_is_fetched_unpacked_and_cached_per_pod() -> None:
                     )
                 )
                 assert resp.package_cached is cached and resp.mode.value == "fork"
-                from pod_helpers import read_log, wait_exit
-
                 loop.run(wait_exit(client, attempt))
                 assert loop.run(read_log(client, attempt)).strip() == "from-package"
                 assert loop.run(client.reset()).clean

@@ -246,9 +246,15 @@ def test_concurrent_retries_of_one_request_id_make_one_job(store: SqlJobStore) -
     lock = threading.Lock()
     barrier = threading.Barrier(12)
 
+    errors: list[BaseException] = []
+
     def submit() -> None:
         barrier.wait()
-        result = store.submit("alice", spec(request_id="same"), now=1.0)
+        try:
+            result = store.submit("alice", spec(request_id="same"), now=1.0)
+        except BaseException as err:
+            errors.append(err)
+            return
         with lock:
             answers.append((result.job.id, result.created))
 
@@ -257,6 +263,7 @@ def test_concurrent_retries_of_one_request_id_make_one_job(store: SqlJobStore) -
         t.start()
     for t in threads:
         t.join()
-    assert len({job_id for job_id, _ in answers}) == 1
+    assert errors == []
+    assert len(answers) == 12 and len({job_id for job_id, _ in answers}) == 1
     assert sum(created for _, created in answers) == 1
     assert count(store, jobs) == 1

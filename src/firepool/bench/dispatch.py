@@ -23,6 +23,9 @@ from firepool.model import AcquisitionPath, JobSpec, LostRaceError
 from firepool.store import JobRecord, PodBinding, SqlJobStore, open_store
 from firepool.store.scratch import scratch
 
+#: Process CPU seconds per commit of each run (this process: workers and writer threads).
+_CPU: list[float] = []
+
 TARGETS = {"sqlite": 5000.0, "postgresql": 2400.0, "mysql": 500.0}
 
 
@@ -56,11 +59,14 @@ def run_once(store: SqlJobStore, workers: int, jobs: int, seconds: float) -> tup
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
     began = time.perf_counter()
+    cpu = time.process_time()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return sum(done), time.perf_counter() - began
+    elapsed = time.perf_counter() - began
+    _CPU.append((time.process_time() - cpu) / max(1, sum(done)))
+    return sum(done), elapsed
 
 
 def measure(kind: str, workers: int, args: argparse.Namespace) -> float:
@@ -97,8 +103,11 @@ def main(argv: list[str]) -> int:
     for workers in counts:
         rate = measure(args.store, workers, args)
         result[f"commits_per_s_w{workers}"] = round(rate, 1)
+        result[f"cpu_us_per_commit_w{workers}"] = round(median(_CPU[-args.repeats :]) * 1e6, 1)
         shown = f">= {target:,.0f}" if workers == max(counts) else ""
         rows.append((f"{args.store} commits/s, {workers} workers", f"{rate:,.0f}", shown))
+        cpu_us = result[f"cpu_us_per_commit_w{workers}"]
+        rows.append((f"  broker CPU per commit, {workers} workers (us)", f"{cpu_us}", ""))
     result["workers"] = max(counts)
     result["commits_per_s"] = result[f"commits_per_s_w{max(counts)}"]
     print_table("durable dispatch (QUEUED -> RUNNING + pod binding)", rows)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -57,9 +58,45 @@ class Tx:
         self._deferred.clear()
 
 
+class BulkWrite:
+    """A write that can be merged with others of the same `key` in one batch.
+
+    `run_many(tx, payloads)` handles them together (one UPDATE for many rows, say) and
+    returns, per payload, either its result or the `FirepoolError` it ends with; the same
+    rule holds as for plain writes: an error only for a payload that wrote nothing. Called
+    alone (the replay path), a bulk write is simply a batch of one.
+    """
+
+    __slots__ = ("key", "payload", "run_many")
+
+    def __init__(
+        self,
+        key: object,
+        payload: Any,
+        run_many: Callable[[Tx, list[Any]], list[Any]],
+    ) -> None:
+        self.key = key
+        self.payload = payload
+        self.run_many = run_many
+
+    def __call__(self, tx: Tx) -> Any:
+        [result] = self.run_many(tx, [self.payload])
+        if isinstance(result, FirepoolError):
+            raise result
+        return result
+
+
 class Committer:
-    def __init__(self, engine: Engine, *, writers: int = 1, max_batch: int = 256) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        writers: int = 1,
+        max_batch: int = 256,
+        linger: float = 0.002,
+    ) -> None:
         self._engine = engine
+        self._linger = linger
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
@@ -93,21 +130,35 @@ class Committer:
             thread.join()
 
     def _loop(self) -> None:
+        last = 1
         while True:
             item = self._queue.get()
             if item is _STOP:
                 return
             batch = [item]
             stop = False
+            # Expect about as many writers as last time: the callers of the previous batch
+            # are typically a moment away from their next write. Waiting up to `linger` for
+            # them makes batches full instead of a full batch followed by a trickle of tiny
+            # ones, each paying its own fsync. With no load (last == 1) nothing waits.
+            want = min(max(last, 1), self._max_batch)
+            deadline = time.monotonic() + self._linger
             while len(batch) < self._max_batch:
                 try:
-                    nxt = self._queue.get_nowait()
+                    if len(batch) < want:
+                        timeout = deadline - time.monotonic()
+                        if timeout <= 0:
+                            raise queue.Empty
+                        nxt = self._queue.get(timeout=timeout)
+                    else:
+                        nxt = self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if nxt is _STOP:
                     stop = True
                     break
                 batch.append(nxt)
+            last = len(batch)
             self._commit(batch)
             if stop:
                 return
@@ -116,15 +167,10 @@ class Committer:
         return self._engine.connect().execution_options(firepool_write=True)
 
     def _commit(self, batch: list[tuple[Write, Future[Any]]]) -> None:
-        results: list[tuple[bool, Any]] = []
         try:
             with self._connect() as conn, conn.begin():
                 tx = Tx(conn)
-                for write, _ in batch:
-                    try:
-                        results.append((True, write(tx)))
-                    except FirepoolError as err:
-                        results.append((False, err))
+                results = self._run_batch(tx, [write for write, _ in batch])
                 tx.flush()
         except Exception:
             if len(batch) == 1:
@@ -138,6 +184,31 @@ class Committer:
                 future.set_result(value)
             else:
                 future.set_exception(value)
+
+    @staticmethod
+    def _run_batch(tx: Tx, writes: list[Write]) -> list[tuple[bool, Any]]:
+        """Run a batch's writes; bulk writes of one key run together at the first one's turn."""
+        results: list[tuple[bool, Any] | None] = [None] * len(writes)
+        groups: dict[object, list[tuple[int, BulkWrite]]] = {}
+        for index, write in enumerate(writes):
+            if isinstance(write, BulkWrite):
+                groups.setdefault(write.key, []).append((index, write))
+        done: set[object] = set()
+        for index, write in enumerate(writes):
+            if isinstance(write, BulkWrite):
+                if write.key in done:
+                    continue
+                done.add(write.key)
+                members = groups[write.key]
+                values = write.run_many(tx, [member.payload for _, member in members])
+                for (i, _), value in zip(members, values, strict=True):
+                    results[i] = (not isinstance(value, FirepoolError), value)
+                continue
+            try:
+                results[index] = (True, write(tx))
+            except FirepoolError as err:
+                results[index] = (False, err)
+        return [r for r in results if r is not None]
 
     def _commit_alone(self, item: tuple[Write, Future[Any]]) -> None:
         write, future = item

@@ -13,7 +13,7 @@ import functools
 import hashlib
 import secrets
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,6 +23,7 @@ from firepool.model import (
     JOB_TRANSITIONS,
     ConflictError,
     ErrorCode,
+    FirepoolError,
     InvalidTransitionError,
     JobSpec,
     JobState,
@@ -31,7 +32,7 @@ from firepool.model import (
     RequestValidationError,
     attempt_id,
 )
-from firepool.store.committer import Committer, Tx
+from firepool.store.committer import BulkWrite, Committer, Tx
 from firepool.store.records import (
     AttemptRecord,
     JobRecord,
@@ -61,6 +62,21 @@ def _cas_statement(columns: tuple[str, ...]) -> sa.Update:
 
 _BY_REQUEST = sa.select(jobs).where(
     jobs.c.caller == sa.bindparam("caller"), jobs.c.request_id == sa.bindparam("request_id")
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Start:
+    job: JobRecord
+    pods: tuple[PodBinding, ...]
+    now: float
+
+
+_VERSIONS_FOR_UPDATE = (
+    sa.select(jobs.c.id, jobs.c.version)
+    .where(jobs.c.id.in_(sa.bindparam("ids", expanding=True)))
+    .order_by(jobs.c.id)
+    .with_for_update()
 )
 
 
@@ -142,12 +158,21 @@ class SqlJobStore:
 
     # ------------------------------------------------------------------ jobs
     def submit(self, caller: str, spec: JobSpec, *, now: float) -> Submitted:
-        return self._committer.run(self._submit_write(caller, spec, now))
+        write = self._submit_write(caller, spec, now)
+        try:
+            return self._committer.run(write)
+        except sa.exc.IntegrityError:
+            # A concurrent retry of the same request_id committed first (possible with
+            # several writer transactions in flight); now the lookup finds its job.
+            return self._committer.run(write)
 
     async def submit_async(self, caller: str, spec: JobSpec, *, now: float) -> Submitted:
         """`submit` for an event loop: awaits the group commit without a worker thread."""
-        future = self._committer.enqueue(self._submit_write(caller, spec, now))
-        return await asyncio.wrap_future(future)
+        write = self._submit_write(caller, spec, now)
+        try:
+            return await asyncio.wrap_future(self._committer.enqueue(write))
+        except sa.exc.IntegrityError:
+            return await asyncio.wrap_future(self._committer.enqueue(write))
 
     def _submit_write(self, caller: str, spec: JobSpec, now: float) -> Callable[[Tx], Submitted]:
         digest = spec_hash(spec)
@@ -232,45 +257,92 @@ class SqlJobStore:
 
     def start(self, job: JobRecord, bindings: Sequence[PodBinding], *, now: float) -> JobRecord:
         self._check_transition(job, JobState.RUNNING)
-        attempt = attempt_id(job.id, job.retries)
-        rows = [
-            {
-                "attempt_id": attempt,
-                "rank": b.rank,
-                "job_id": job.id,
-                "pod": b.pod,
-                "pool": b.pool or job.spec.pool,
-                "acquisition": b.acquisition.value,
-                "reason": str(b.reason),
-            }
-            for b in bindings
-        ]
-
-        def write(tx: Tx) -> None:
-            conn = tx.conn
-            self._cas(
-                conn,
-                job,
-                state=JobState.RUNNING.value,
-                assigned_at=now,
-                started_at=None,
-                first_instruction_at=None,
-            )
-            attempt_row = {
-                "id": attempt,
-                "job_id": job.id,
-                "retry": job.retries,
-                "state": JobState.RUNNING.value,
-                "started_at": now,
-            }
-            tx.defer(attempts, [attempt_row])
-            tx.defer(pod_bindings, rows)
-
-        self._committer.run(write)
-        stamps = timings(job.timings, assigned=now, started=None, first_instruction=None)
         pods = tuple(replace(b, pool=b.pool or job.spec.pool) for b in bindings)
+        item = _Start(job, pods, now)
+        self._committer.run(BulkWrite("start", item, self._start_many))
+        stamps = timings(job.timings, assigned=now, started=None, first_instruction=None)
         return replace(
             job, state=JobState.RUNNING, version=job.version + 1, timings=stamps, pods=pods
+        )
+
+    def _start_many(self, tx: Tx, items: list[_Start]) -> list[FirepoolError | None]:
+        """Every start of a batch with three statements, however many jobs: lock and read the
+        rows' versions (`SELECT ... FOR UPDATE`; SQLite's single writer already excludes
+        everyone), keep the starts whose expected version is still there (a job twice in
+        one batch can win once), and apply those with one executemany of the conditional
+        UPDATE, whose row count must confirm every one of them."""
+        ids = sorted({item.job.id for item in items})
+        rows = tx.conn.execute(_VERSIONS_FOR_UPDATE, {"ids": ids}).all()
+        current: dict[str, int] = {row.id: row.version for row in rows}
+        results: list[FirepoolError | None] = []
+        winners: list[_Start] = []
+        claimed: set[str] = set()
+        for item in items:
+            job = item.job
+            found = current.get(job.id)
+            if found == job.version and job.id not in claimed:
+                claimed.add(job.id)
+                winners.append(item)
+                results.append(None)
+            elif found is None:
+                results.append(NotFoundError(f"job {job.id} not found", field="id"))
+            else:
+                results.append(
+                    LostRaceError(
+                        f"job {job.id} changed under this write: expected version "
+                        f"{job.version}, found version {found}",
+                        field="version",
+                    )
+                )
+        if winners:
+            params = [
+                {
+                    "w_id": item.job.id,
+                    "w_version": item.job.version,
+                    "v_version": item.job.version + 1,
+                    "v_state": JobState.RUNNING.value,
+                    "v_assigned_at": item.now,
+                    "v_started_at": None,
+                    "v_first_instruction_at": None,
+                }
+                for item in winners
+            ]
+            columns = ("assigned_at", "first_instruction_at", "started_at", "state")
+            changed = tx.conn.execute(_cas_statement(columns), params).rowcount
+            if changed not in (len(winners), -1):
+                # Cannot happen while the rows are locked; if it does, the committer rolls
+                # the batch back and replays each start alone with its own check.
+                raise RuntimeError(f"bulk start changed {changed} of {len(winners)} rows")
+            for item in winners:
+                self._start_rows(tx, item)
+        return results
+
+    @staticmethod
+    def _start_rows(tx: Tx, item: _Start) -> None:
+        job = item.job
+        attempt = attempt_id(job.id, job.retries)
+        attempt_row = {
+            "id": attempt,
+            "job_id": job.id,
+            "retry": job.retries,
+            "state": JobState.RUNNING.value,
+            "started_at": item.now,
+        }
+        tx.defer(attempts, [attempt_row])
+        tx.defer(
+            pod_bindings,
+            [
+                {
+                    "attempt_id": attempt,
+                    "rank": b.rank,
+                    "job_id": job.id,
+                    "pod": b.pod,
+                    "pool": b.pool,
+                    "acquisition": b.acquisition.value,
+                    "reason": str(b.reason),
+                }
+                for b in item.pods
+            ],
         )
 
     def finish(

@@ -9,7 +9,7 @@ import pytest
 
 from firepool.api.server import ServedApp
 from firepool.client import Client
-from firepool.testing.broker import AppSwitch, LiveBroker, live_broker
+from firepool.testing.broker import AppSwitch, EmbeddedThread, LiveBroker, live_broker
 
 
 @pytest.fixture(scope="session")
@@ -30,3 +30,10 @@ def broker(tmp_path: Path, served: tuple[ServedApp, AppSwitch]) -> Iterator[Live
 def client(broker: LiveBroker) -> Iterator[Client]:
     with Client(broker.url, broker.tokens["alice"]) as sdk:
         yield sdk
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedThread]:
+    """The whole broker with real local pods (module-scoped: pods take a second to start)."""
+    with EmbeddedThread(tmp_path_factory.mktemp("broker")) as broker:
+        yield broker

@@ -63,7 +63,10 @@ class Route:
 ROUTES: dict[str, Route] = {
     "submit": Route("POST", "/v1/jobs", body=JobSpec, result=JobOut),
     "list": Route(
-        "GET", "/v1/jobs", query=frozenset({"state", "pool", "queue", "limit"}), result=JobListOut
+        "GET",
+        "/v1/jobs",
+        query=frozenset({"state", "pool", "queue", "limit", "after"}),
+        result=JobListOut,
     ),
     "get": Route("GET", "/v1/jobs/{job_id}", result=JobOut),
     "cancel": Route("POST", "/v1/jobs/{job_id}/cancel", result=JobOut),
@@ -126,6 +129,7 @@ def list_jobs(
     pool: str | None = None,
     queue: str | None = None,
     limit: int | None = None,
+    after: str | None = None,
 ) -> Call[JobListOut]:
     params: list[tuple[str, str | int]] = []
     states = [state] if isinstance(state, str) else list(state or ())
@@ -136,6 +140,8 @@ def list_jobs(
         params.append(("queue", queue))
     if limit is not None:
         params.append(("limit", limit))
+    if after is not None:
+        params.append(("after", after))
     call = _call("list", JobListOut)
     return Call(call.method, call.path, JobListOut, params=tuple(params))
 

@@ -107,9 +107,11 @@ class Client(ClientBase):
         pool: str | None = None,
         queue: str | None = None,
         limit: int | None = None,
+        after: str | None = None,
     ) -> builtins.list[JobOut]:
-        """This caller's jobs, oldest first (the broker's default limit is 100)."""
-        call = calls.list_jobs(state=state, pool=pool, queue=queue, limit=limit)
+        """This caller's jobs, oldest first, one page (the broker's default limit is 100);
+        pass the last id of a full page as `after` for the next one."""
+        call = calls.list_jobs(state=state, pool=pool, queue=queue, limit=limit, after=after)
         return self._send(call).jobs
 
     def cancel(self, job_id: str) -> JobOut:

@@ -20,7 +20,7 @@ from firepool.api.logs import FileLogSource
 from firepool.control.dispatch import AttemptEnd, Verdict, judge
 from firepool.control.records import Lease, ReleaseResult
 from firepool.control.tracker import Tracker
-from firepool.model import FirepoolError, LostRaceError, Topology, UnavailableError
+from firepool.model import FirepoolError, JobState, LostRaceError, Topology, UnavailableError
 from firepool.protocol import (
     DependencyInstallFailedError,
     ExitEvent,
@@ -248,13 +248,25 @@ class AttemptRunner:
 
     async def _record(self, job: JobRecord, end: AttemptEnd) -> JobRecord:
         verdict: Verdict = judge(end, job.retries, job.spec.max_retries)
+        for _ in range(5):
+            try:
+                return await asyncio.to_thread(self._write_verdict, job, verdict)
+            except LostRaceError:
+                # A cancel request bumps the row's version while the attempt runs: re-read,
+                # and write again only if the row is still this attempt's.
+                fresh = await asyncio.to_thread(self.store.get, job.id)
+                if fresh is None or fresh.state is not JobState.RUNNING:
+                    return fresh or job
+                if fresh.retries != job.retries:
+                    return fresh
+                job = fresh
+        raise LostRaceError(f"job {job.id}: could not record its verdict", field="version")
+
+    def _write_verdict(self, job: JobRecord, verdict: Verdict) -> JobRecord:
         now = self.clock()
         if verdict.retry:
-            return await asyncio.to_thread(
-                self.store.requeue, job, now=now, error_class=verdict.error_class
-            )
-        return await asyncio.to_thread(
-            self.store.finish,
+            return self.store.requeue(job, now=now, error_class=verdict.error_class)
+        return self.store.finish(
             job,
             verdict.state,
             now=now,

@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import uvicorn
 
@@ -37,6 +38,7 @@ class EmbeddedBroker:
         data_dir: Path,
         *,
         store_url: str | None = None,
+        store_options: dict[str, Any] | None = None,
         catalog: Catalog | None = None,
         config: BrokerConfig | None = None,
         host: str = "127.0.0.1",
@@ -48,6 +50,7 @@ class EmbeddedBroker:
     ) -> None:
         self.data_dir = Path(data_dir)
         self.store_url = store_url
+        self.store_options = dict(store_options or {})
         self.catalog = catalog
         self.config = config or BrokerConfig()
         self.host = host
@@ -62,7 +65,7 @@ class EmbeddedBroker:
     async def __aenter__(self) -> EmbeddedBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.store: SqlJobStore = await asyncio.to_thread(
-            open_store, self.store_url, data_dir=self.data_dir
+            lambda: open_store(self.store_url, data_dir=self.data_dir, **self.store_options)
         )
         self.packages = DiskPackageStore(self.data_dir / "packages")
         logs = FileLogSource(self.data_dir / "logs")

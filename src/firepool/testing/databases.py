@@ -1,0 +1,35 @@
+"""The real database servers the test suites run against.
+
+A server that does not answer skips its variant locally and fails it when CI=true, so CI can
+never pass by silently testing SQLite alone. URLs can be overridden with FIREPOOL_TEST_PG_URL
+and FIREPOOL_TEST_MYSQL_URL.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from firepool.store.scratch import DEFAULT_SERVERS, reachable
+
+KINDS = ("sqlite", "postgresql", "mysql")
+SERVERS = {
+    "postgresql": os.environ.get("FIREPOOL_TEST_PG_URL", DEFAULT_SERVERS["postgresql"]),
+    "mysql": os.environ.get("FIREPOOL_TEST_MYSQL_URL", DEFAULT_SERVERS["mysql"]),
+}
+_reachability: dict[str, str | None] = {}
+
+
+def require_server(kind: str) -> str | None:
+    """The server URL for `kind` (None for SQLite), or skip / fail the calling test."""
+    if kind == "sqlite":
+        return None
+    if kind not in _reachability:
+        _reachability[kind] = reachable(SERVERS[kind])
+    problem = _reachability[kind]
+    if problem is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and {problem}")
+        pytest.skip(problem)
+    return SERVERS[kind]

@@ -1,0 +1,272 @@
+"""The broker end to end: real HTTP, a real store, real local pods, real processes."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from firepool.protocol import ExitEvent
+from firepool.testing.service import BrokerThread, run, submit, wait_job
+
+PY = sys.executable
+POOLS = ("cpu", "hint", "short", "burst", "small")
+
+
+def py(code: str) -> list[str]:
+    return ["python", "-c", code]
+
+
+def pod_of(job: dict) -> tuple[str, str, str]:  # type: ignore[type-arg]
+    (pod,) = job["pods"]
+    return pod["name"], pod["acquisition"], pod["reason"]
+
+
+def tracked(broker: BrokerThread, name: str) -> bool:
+    return broker.call(lambda: broker.embedded.broker.tracker.get(name) is not None)
+
+
+def gone(broker: BrokerThread, name: str, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not tracked(broker, name):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# ---------------------------------------------------------------------- on every store
+
+
+def test_exit_codes_retries_and_attempt_ids_on_every_store(
+    broker_on: BrokerThread, tmp_path: Path
+) -> None:
+    with broker_on.client() as c:
+        ok = run(c, command=py("print('hi')"), lease_tag="s")
+        assert (ok["state"], ok["exit_code"], ok["error_class"]) == ("SUCCEEDED", 0, None)
+        assert c.get(f"/v1/jobs/{ok['id']}/logs").json()["data"] == "hi\n"
+        bad = run(c, command=py("import sys; sys.exit(3)"), lease_tag="s")
+        assert (bad["state"], bad["exit_code"], bad["error_class"]) == (
+            "FAILED", 3, "NonZeroExit",
+        )  # fmt: skip
+        flag = tmp_path / "flag"
+        flaky = run(
+            c,
+            command=py(
+                f"import os,sys; p={str(flag)!r}\n"
+                "if os.path.exists(p): sys.exit(0)\n"
+                "open(p,'w').close(); sys.exit(1)"
+            ),
+            max_retries=2,
+            lease_tag="s",
+        )
+        assert (flaky["state"], flaky["retries"]) == ("SUCCEEDED", 1)
+        attempts = broker_on.embedded.store.attempts(flaky["id"])
+        assert [a.id for a in attempts] == [f"{flaky['id']}:0", f"{flaky['id']}:1"]
+        for job in (ok, bad, flaky):
+            assert pod_of(job)[1] in ("warm", "new")
+
+
+# ---------------------------------------------------------------------- reuse rules
+
+
+def test_owner_only_reuse(broker: BrokerThread) -> None:
+    with broker.client("alice") as alice, broker.client("bob") as bob:
+        first = run(alice, command=py("pass"), lease_tag="s")
+        pod, _, _ = pod_of(first)
+        # alice's pod is now the only idle pod of the pool, held for her.
+        other = run(bob, command=py("pass"), lease_tag="s")
+        assert pod_of(other)[0] != pod
+        again = run(alice, command=py("pass"), lease_tag="s")
+        assert pod_of(again) == (pod, "warm", "same_session")
+        pods = {p["name"]: p for p in bob.get("/v1/pods").json()["pods"]}
+        assert pods[pod]["owner"] is None  # bob does not learn who holds it
+        mine = {p["name"]: p for p in alice.get("/v1/pods").json()["pods"]}
+        assert mine[pod]["owner"] == "alice" and mine[pod]["state"] == "held"
+
+
+def test_new_tag_recycles_once_then_retires(broker: BrokerThread) -> None:
+    with broker.client("alice") as c:
+        pod, _, _ = pod_of(run(c, command=py("pass"), lease_tag="s1"))
+        assert pod_of(run(c, command=py("pass"), lease_tag="s2")) == (
+            pod, "recycled", "new_session",
+        )  # fmt: skip
+        assert gone(broker, pod)
+        assert pod_of(run(c, command=py("pass"), lease_tag="s2"))[0] != pod
+
+
+def test_queue_switch_recycles_once_then_retires(broker: BrokerThread) -> None:
+    with broker.client("alice") as c:
+        pod, _, _ = pod_of(run(c, command=py("pass"), queue="a"))
+        assert pod_of(run(c, command=py("pass"), queue="b")) == (pod, "recycled", "queue_switch")
+        assert gone(broker, pod)
+
+
+def test_hold_expiry_retires_the_pod(broker: BrokerThread) -> None:
+    with broker.client("alice") as c:
+        pod, _, _ = pod_of(run(c, pool="short", command=py("pass"), lease_tag="s"))
+        assert gone(broker, pod, timeout=5.0)  # held 1 s, then retired and deleted
+        assert pod_of(run(c, pool="short", command=py("pass"), lease_tag="s"))[0] != pod
+
+
+def test_tag_as_hint_keeps_the_pod(broker: BrokerThread) -> None:
+    with broker.client("alice") as c:
+        pod, _, _ = pod_of(run(c, pool="hint", command=py("pass"), lease_tag="s1"))
+        assert pod_of(run(c, pool="hint", command=py("pass"), lease_tag="s2")) == (
+            pod, "warm", "tag_hint",
+        )  # fmt: skip
+        time.sleep(0.3)
+        assert tracked(broker, pod)
+
+
+# ---------------------------------------------------------------------- failures
+
+
+def test_unknown_field_is_refused_naming_it(broker: BrokerThread) -> None:
+    with broker.client() as c:
+        resp = c.post("/v1/jobs", json={"pool": "cpu", "command": ["true"], "lease_tg": "x"})
+        assert resp.status_code == 422
+        assert resp.json()["field"] == "lease_tg"
+        assert c.get("/v1/jobs").json()["jobs"] == []
+
+
+def test_oom_is_reported_as_oom(broker: BrokerThread) -> None:
+    with broker.client() as c:
+        job = run(c, pool="small", command=py("b = bytearray(400 * 1024 * 1024); print(len(b))"))
+        assert (job["state"], job["error_class"]) == ("FAILED", "OOM")
+
+
+def test_a_job_that_never_started_has_no_exit_code(broker: BrokerThread) -> None:
+    with broker.client() as c:
+        job = run(c, command=["/nonexistent/binary"])
+        assert (job["state"], job["error_class"], job["exit_code"]) == (
+            "FAILED", "LaunchFailed", None,
+        )  # fmt: skip
+
+
+def test_an_old_attempt_can_never_report_into_the_new_one(
+    broker: BrokerThread, tmp_path: Path
+) -> None:
+    flag = tmp_path / "flag"
+    with broker.client() as c:
+        job_id = submit(
+            c,
+            command=py(
+                f"import os,sys,time; p={str(flag)!r}\n"
+                "if os.path.exists(p): time.sleep(2); sys.exit(0)\n"
+                "open(p,'w').close(); sys.exit(1)"
+            ),
+            max_retries=1,
+        )
+        deadline = time.monotonic() + 30
+        while c.get(f"/v1/jobs/{job_id}").json()["retries"] < 1 or not broker.call(
+            lambda: job_id in broker.embedded.broker.running
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        job = c.get(f"/v1/jobs/{job_id}").json()
+        pod = job["pods"][0]["name"]
+        secret = broker.call(lambda: broker.embedded.broker.pods.records[pod].secret)
+        stale = ExitEvent(
+            pod=pod, attempt=f"{job_id}:0", exit_code=7, runtime_s=0.1, started_at=0.0,
+            finished_at=0.1,
+        )  # fmt: skip
+        resp = httpx.post(
+            f"{broker.url}/internal/v1/events",
+            content=stale.model_dump_json(),
+            headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
+        )
+        assert resp.json() == {"accepted": False}
+        forged = httpx.post(
+            f"{broker.url}/internal/v1/events",
+            content=stale.model_dump_json(),
+            headers={"Authorization": "Bearer not-the-secret", "Content-Type": "application/json"},
+        )
+        assert forged.status_code == 401
+        final = wait_job(c, job_id)
+        assert (final["state"], final["exit_code"], final["retries"]) == ("SUCCEEDED", 0, 1)
+
+
+def test_cancel_queued_and_running(broker: BrokerThread) -> None:
+    with broker.client() as c:
+        running = submit(c, command=py("import time; time.sleep(30)"))
+        deadline = time.monotonic() + 20
+        while c.get(f"/v1/jobs/{running}").json()["state"] != "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert c.post(f"/v1/jobs/{running}/cancel").status_code == 202  # accepted: stopping
+        job = wait_job(c, running, timeout=30)
+        assert (job["state"], job["error_class"]) == ("CANCELLED", "Cancelled")
+        # "small" holds one pod: a second job behind a long one stays queued.
+        blocker = submit(c, pool="small", command=py("import time; time.sleep(30)"))
+        queued = submit(c, pool="small", command=["true"])
+        time.sleep(0.5)
+        assert c.get(f"/v1/jobs/{queued}").json()["state"] == "QUEUED"
+        assert c.post(f"/v1/jobs/{queued}/cancel").status_code == 200
+        job = wait_job(c, queued)
+        assert (job["state"], job["exit_code"], job["pods"]) == ("CANCELLED", None, [])
+        c.post(f"/v1/jobs/{blocker}/cancel")
+        wait_job(c, blocker, timeout=30)
+
+
+def test_timeout(broker: BrokerThread) -> None:
+    with broker.client() as c:
+        job = run(c, command=py("import time; time.sleep(30)"), timeout_s=1.0, timeout=30)
+        assert (job["state"], job["error_class"]) == ("FAILED", "Timeout")
+
+
+# ---------------------------------------------------------------------- budgets under load
+
+
+def test_budget_is_never_exceeded_under_200_concurrent_submissions(
+    tight_broker: BrokerThread,
+) -> None:
+    broker = tight_broker
+    if True:
+        ledger = broker.embedded.broker.ledger
+        peak = {"used": 0, "pods": 0}
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                used = broker.call(lambda: ledger.used("cpu"))
+                pods = broker.call(
+                    lambda: sum(len(broker.embedded.broker.tracker.pool_pods(p)) for p in POOLS)
+                )
+                peak["used"] = max(peak["used"], used)
+                peak["pods"] = max(peak["pods"], pods)
+                time.sleep(0.01)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        clients = [broker.client(f"caller-{i}") for i in range(10)]
+        ids: list[str] = []
+        lock = threading.Lock()
+
+        def burst(client: httpx.Client) -> None:
+            for _ in range(20):
+                job_id = submit(client, pool="burst", command=py("pass"), lease_tag="loop")
+                with lock:
+                    ids.append(job_id)
+
+        threads = [threading.Thread(target=burst, args=(cl,)) for cl in clients]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        try:
+            finals: list[dict] = []  # type: ignore[type-arg]
+            for cl in clients:
+                for job in cl.get("/v1/jobs", params={"limit": 100}).json()["jobs"]:
+                    finals.append(wait_job(cl, job["id"], timeout=180))
+        finally:
+            stop.set()
+            watcher.join()
+            for cl in clients:
+                cl.close()
+        assert len(ids) == 200 and len(finals) == 200
+        assert all(f["state"] == "SUCCEEDED" for f in finals)
+        assert peak["used"] <= 3 and peak["pods"] <= 3

@@ -67,6 +67,10 @@ def test_list_filters(api: Api) -> None:
     assert ids("?state=QUEUED&state=CANCELLED") == [a, b]
     assert ids("?pool=gpu") == [b] and ids("?queue=q2") == [b] and ids("?queue=none") == []
     assert ids("?limit=1") == [a]
+    page = api.alice.get("/v1/jobs?limit=1").json()
+    assert page["next"] == a
+    assert ids(f"?limit=1&after={page['next']}") == [b]
+    assert api.alice.get("/v1/jobs?limit=5").json()["next"] is None
     bad = api.alice.get("/v1/jobs?stat=QUEUED")
     assert bad.status_code == 422 and bad.json()["field"] == "stat"
     assert api.alice.get("/v1/jobs?state=DONE").json()["field"] == "state.0"

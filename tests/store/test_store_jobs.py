@@ -214,6 +214,8 @@ def test_list_filters_and_scopes_by_caller(store: SqlJobStore) -> None:
     assert [j.id for j in store.list_jobs(pool="gpu")] == [a2.id]
     assert [j.id for j in store.list_jobs(queue="default", caller="bob")] == [b1.id]
     assert len(store.list_jobs(limit=2)) == 2
+    assert [j.id for j in store.list_jobs(limit=2, after=a2.id)] == [b1.id]
+    assert store.list_jobs(after="no-such-job") == []
 
 
 def test_concurrent_submissions_are_all_durable(db: Scratch) -> None:

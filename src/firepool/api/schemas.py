@@ -86,6 +86,7 @@ class JobOut(StrictModel):
 
 class JobListOut(StrictModel):
     jobs: list[JobOut]
+    next: str | None = None
 
 
 class PackageOut(StrictModel):

@@ -32,8 +32,10 @@ class JobStore(Protocol):
         pool: str | None = None,
         queue: str | None = None,
         limit: int = 100,
+        after: str | None = None,
     ) -> list[JobRecord]:
-        """Jobs oldest first, filtered; `caller=None` means every caller (broker use only)."""
+        """Jobs oldest first, filtered, starting after the job `after` (a page cursor; an
+        unknown id yields nothing); `caller=None` means every caller (broker use only)."""
         ...
 
     def start(self, job: JobRecord, bindings: Sequence[PodBinding], *, now: float) -> JobRecord:

@@ -238,8 +238,12 @@ class SqlJobStore:
         pool: str | None = None,
         queue: str | None = None,
         limit: int = 100,
+        after: str | None = None,
     ) -> list[JobRecord]:
         query = sa.select(jobs).order_by(jobs.c.seq).limit(max(1, limit))
+        if after is not None:
+            cursor = sa.select(jobs.c.seq).where(jobs.c.id == after).scalar_subquery()
+            query = query.where(jobs.c.seq > cursor)
         if caller is not None:
             query = query.where(jobs.c.caller == caller)
         if states:

@@ -43,9 +43,11 @@ async def list_jobs(
     pool: Annotated[str | None, Query(max_length=63)] = None,
     queue: Annotated[str | None, Query(max_length=128)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    after: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
 ) -> Response:
-    """The caller's own jobs, oldest first, filtered by state (repeatable), pool and queue."""
-    refuse_unknown_query(request, {"state", "pool", "queue", "limit"})
+    """The caller's own jobs, oldest first, filtered by state (repeatable), pool and queue.
+    A full page carries `next`: pass it as `after` for the following page."""
+    refuse_unknown_query(request, {"state", "pool", "queue", "limit", "after"})
     found = await run_in_threadpool(
         lambda: service.list_own(
             session.context,
@@ -54,9 +56,13 @@ async def list_jobs(
             pool=pool,
             queue=queue,
             limit=limit,
+            after=after,
         )
     )
-    return json_response(JobListOut.model_construct(jobs=[JobOut.of(j) for j in found]))
+    following = found[-1].id if len(found) == limit else None
+    return json_response(
+        JobListOut.model_construct(jobs=[JobOut.of(j) for j in found], next=following)
+    )
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=errors(401, 404), openapi_extra=AUTHED)

@@ -64,9 +64,10 @@ def list_own(
     pool: str | None,
     queue: str | None,
     limit: int,
+    after: str | None,
 ) -> list[JobRecord]:
     return context.store.list_jobs(
-        caller=caller, states=states, pool=pool, queue=queue, limit=limit
+        caller=caller, states=states, pool=pool, queue=queue, limit=limit, after=after
     )
 
 

@@ -1,0 +1,35 @@
+"""Which database servers the store suite runs against, and what to do when one is down.
+
+A server that does not answer skips its variant locally and fails it when CI=true, so CI can
+never pass by silently testing SQLite alone. URLs can be overridden with FIREPOOL_TEST_PG_URL
+and FIREPOOL_TEST_MYSQL_URL.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from firepool.store.scratch import DEFAULT_SERVERS, reachable
+
+SERVERS = {
+    "postgresql": os.environ.get("FIREPOOL_TEST_PG_URL", DEFAULT_SERVERS["postgresql"]),
+    "mysql": os.environ.get("FIREPOOL_TEST_MYSQL_URL", DEFAULT_SERVERS["mysql"]),
+}
+_problems: dict[str, str | None] = {}
+
+
+def require(kind: str, servers: dict[str, str] = SERVERS) -> str | None:
+    """The server URL for `kind` (None for SQLite); skips or fails if it is unreachable."""
+    if kind == "sqlite":
+        return None
+    url = servers[kind]
+    if url not in _problems:
+        _problems[url] = reachable(url)
+    problem = _problems[url]
+    if problem is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and {problem}")
+        pytest.skip(problem)
+    return url

@@ -32,8 +32,8 @@ def client(broker: LiveBroker) -> Iterator[Client]:
         yield sdk
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedThread]:
-    """The whole broker with real local pods (module-scoped: pods take a second to start)."""
+    """The whole broker with real local pods (one per session: pods take a second to start)."""
     with EmbeddedThread(tmp_path_factory.mktemp("broker")) as broker:
         yield broker

@@ -1,0 +1,70 @@
+"""The SDK against the whole broker with real local pods: the three-line program of the issue
+gets its result, exit code and acquisition path back; sessions reuse a warm pod."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from firepool.client import AsyncClient, Client
+from firepool.model import AcquisitionPath, ErrorCode, JobState
+from firepool.testing.broker import EmbeddedThread
+
+MAIN = """\
+import sys
+print("working on", sys.argv[1:], flush=True)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def package(tmp_path: Path) -> Path:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "main.py").write_text(MAIN)
+    return tmp_path / "code"
+
+
+def test_run_returns_exit_code_and_acquisition(embedded: EmbeddedThread, package: Path) -> None:
+    with Client(embedded.url, embedded.token) as client, client.session() as session:
+        failed = client.run("cpu", ["python", "main.py", "3"], package=package, wait_timeout=60)
+        again = client.run("cpu", ["python", "main.py", "0"], package=package, wait_timeout=60)
+        output = "".join(client.logs(failed.id))
+    assert (failed.state, failed.exit_code, failed.error_class) == (
+        JobState.FAILED,
+        3,
+        ErrorCode.NON_ZERO_EXIT,
+    )
+    assert output == "working on ['3']\n"
+    assert again.state == JobState.SUCCEEDED and again.exit_code == 0
+    assert again.lease_tag == session.lease_tag
+    # The second job of the session lands on the first one's pod, warm.
+    assert again.pods[0].name == failed.pods[0].name
+    assert (again.pods[0].acquisition, again.pods[0].reason) == (
+        AcquisitionPath.WARM,
+        "same_session",
+    )
+
+
+def test_pods_lists_the_callers_pod(embedded: EmbeddedThread) -> None:
+    with Client(embedded.url, embedded.token) as client:
+        pods = client.pods()
+        pools = client.pools()
+    assert pods and {p.pool for p in pods} <= {p.name for p in pools}
+    assert all(p.created_at > 0 and p.role in ("active", "standby") for p in pods)
+
+
+def test_async_agents_follow_their_own_logs(embedded: EmbeddedThread, package: Path) -> None:
+    async def agent(client: AsyncClient, code: int) -> tuple[str, int | None]:
+        async with client.session():
+            job = await client.submit("cpu", ["python", "main.py", str(code)], package=package)
+            text = "".join([chunk async for chunk in client.logs(job.id, follow=True)])
+            done = await client.wait(job.id, timeout=60)
+            return text, done.exit_code
+
+    async def main() -> list[tuple[str, int | None]]:
+        async with AsyncClient(embedded.url, embedded.token) as client:
+            return list(await asyncio.gather(agent(client, 0), agent(client, 4)))
+
+    assert asyncio.run(main()) == [("working on ['0']\n", 0), ("working on ['4']\n", 4)]

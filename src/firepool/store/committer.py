@@ -128,6 +128,15 @@ class Committer:
             self._queue.put(_STOP)
         for thread in self._threads:
             thread.join()
+        # A write that raced past the closed check lands behind the stop marks: fail it
+        # rather than leave its caller waiting forever.
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not _STOP:
+                item[1].set_exception(RuntimeError("store is closed"))
 
     def _loop(self) -> None:
         last = 1

@@ -92,12 +92,14 @@ def test_restarted_backend_rebuilds_pods_and_holds_from_state_files() -> None:
 def test_crashed_agent_is_reported_dead_and_deleted_cleanly() -> None:
     with backend_at("crash") as (backend, loop, root):
         record, client = loop.run(make_pod(backend, CPU))
-        loop.run(client.launch(LaunchRequest(attempt="c:0", argv=["sleep", "100"])))
+        job = loop.run(client.launch(LaunchRequest(attempt="c:0", argv=["sleep", "100"])))
         os.kill(record.pid, signal.SIGKILL)
         backend._procs[record.name].wait(5)
         pod = loop.run(backend.get(record.name))
         assert pod is not None and not pod.alive
-        loop.run(backend.delete(record.name))
+        assert procfs.alive(job.pid)  # orphaned by the dead agent
+        loop.run(backend.delete(record.name))  # swept by the cgroup ledger / pod marker
+        assert not procfs.alive(job.pid)
         assert pods_processes(root) == []
 
 

@@ -50,6 +50,25 @@ def umount(target: str) -> None:
         raise OSError(err, f"umount {target}: {os.strerror(err)}")
 
 
+def pristine(target: str) -> bool:
+    """True if the tmpfs at `target` is indistinguishable from a fresh one: only its root inode
+    in use (so no file, directory or open-but-unlinked file), no blocks, the root still 1777
+    root-owned and without extended attributes (which could carry data across jobs)."""
+    try:
+        fs = os.statvfs(target)
+        st = os.stat(target)
+        return (
+            fs.f_files - fs.f_ffree == 1
+            and fs.f_blocks == fs.f_bfree
+            and st.st_mode & 0o7777 == 0o1777
+            and st.st_uid == 0
+            and st.st_gid == 0
+            and not os.listxattr(target)
+        )
+    except OSError:
+        return False
+
+
 def _is_under(path: Path, parent: Path) -> bool:
     try:
         path.resolve().relative_to(parent.resolve())
@@ -133,6 +152,8 @@ class Scratch:
         held: list[int] = []
         try:
             for target, size in self.mounts:
+                if pristine(target):
+                    continue  # nothing was ever left there: a remount would change nothing
                 held.append(os.open(target, os.O_RDONLY | os.O_DIRECTORY))
                 umount(target)
                 mount_tmpfs(target, size)

@@ -89,6 +89,7 @@ class LocalBackend(BaseBackend):
         self.faults = tuple(faults)
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._records: dict[str, PodRecord] = {}
+        self._deleting: dict[str, PodRecord] = {}
         self._lock = asyncio.Lock()
         if fake_devices is not None:
             self.devices, discovery = fake_devices_list(fake_devices, fake_model), "fake"
@@ -166,9 +167,8 @@ class LocalBackend(BaseBackend):
                 raise ConfigError(f"unknown devices {unknown}", field="devices")
             chosen = [by_uuid[u] for u in req.devices]
         else:
-            busy = {
-                u for r in self._records.values() if r.role is PodRole.ACTIVE for u in r.devices
-            }
+            pods = [*self._records.values(), *self._deleting.values()]
+            busy = {u for r in pods if r.role is PodRole.ACTIVE for u in r.devices}
             free = [d for d in self.devices if d.model == pool.accelerator and d.uuid not in busy]
             if len(free) < pool.accelerators_per_pod:
                 raise UnavailableError(
@@ -187,7 +187,7 @@ class LocalBackend(BaseBackend):
     def _create(self, req: PodCreate) -> PodRecord:
         pool = req.pool
         name = req.name or f"{pool.name}-{secrets.token_hex(4)}"
-        if name in self._records:
+        if name in self._records or name in self._deleting:
             raise ConfigError(f"pod {name} already exists", field="name")
         devices, device_mib = self._allocate(req)
         pod_dir = self.root / name
@@ -298,12 +298,18 @@ class LocalBackend(BaseBackend):
     # ------------------------------------------------------------------ delete
 
     async def delete(self, name: str) -> None:
+        """Idempotent. Other creates and deletes proceed while this one waits for the agent;
+        the pod's devices stay reserved until its processes are gone."""
         async with self._lock:
-            record = self._records.get(name)
+            record = self._records.pop(name, None)
             if record is None:
                 return
+            self._deleting[name] = record
+        try:
             await asyncio.to_thread(self._delete_sync, record)
-            self._records.pop(name, None)
+        finally:
+            async with self._lock:
+                self._deleting.pop(name, None)
 
     def _delete_sync(self, record: PodRecord) -> None:
         proc = self._procs.pop(record.name, None)

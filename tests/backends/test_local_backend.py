@@ -208,3 +208,19 @@ def test_package_is_fetched_unpacked_and_cached_per_pod() -> None:
     finally:
         serve.server.shutdown()
         serve.server.server_close()
+
+
+def test_volumes_marked_for_wiping_are_emptied_and_caches_kept() -> None:
+    with backend_at("vol", volumes={"scratch": True, "models": False}) as (backend, loop, _root):
+        _record, client = loop.run(make_pod(backend, CPU))
+        code = """
+        import os, json
+        for var in ("FIREPOOL_VOLUME_SCRATCH", "FIREPOOL_VOLUME_MODELS"):
+            with open(os.path.join(os.environ[var], "f"), "w") as fh:
+                fh.write("x")
+        env = os.environ
+        print(json.dumps([env["FIREPOOL_VOLUME_SCRATCH"], env["FIREPOOL_VOLUME_MODELS"]]))
+        """
+        scratch, models = loop.run(json_job(client, "v:0", code))
+        assert loop.run(client.reset()).clean
+        assert os.listdir(scratch) == [] and os.listdir(models) == ["f"]

@@ -78,8 +78,12 @@ class LocalBackend(BaseBackend):
         shutdown_grace_s: float = 5.0,
         verify_timeout_s: float = 2.0,
         agent_env: Mapping[str, str] | None = None,
+        volumes: Mapping[str, bool] | None = None,
         faults: Sequence[str] = (),
     ) -> None:
+        """`volumes` maps a per-pod volume name to whether reset wipes it (True) or keeps it as
+        a cache (False); each is `<pod>/volumes/<name>`, exported to jobs as
+        `FIREPOOL_VOLUME_<NAME>`. `faults` is the agent's test hook (see AgentConfig)."""
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.python = python
@@ -87,6 +91,10 @@ class LocalBackend(BaseBackend):
         self.verify_timeout_s = verify_timeout_s
         self.agent_env = dict(agent_env or {})
         self.faults = tuple(faults)
+        self.volumes = dict(volumes or {})
+        for vol in self.volumes:
+            if not vol.replace("_", "").isalnum():
+                raise ConfigError(f"volume name {vol!r} must be alphanumeric", field="volumes")
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._records: dict[str, PodRecord] = {}
         self._deleting: dict[str, PodRecord] = {}
@@ -194,6 +202,11 @@ class LocalBackend(BaseBackend):
         pod_dir.mkdir(mode=0o700)
         secret = secrets.token_urlsafe(24)
         marker = f"{name}.{secrets.token_hex(8)}"
+        volume_env: dict[str, str] = {}
+        for vol in self.volumes:
+            path = pod_dir / "volumes" / vol
+            path.mkdir(parents=True)
+            volume_env[f"FIREPOOL_VOLUME_{vol.upper()}"] = str(path)
         config = AgentConfig(
             pod=name,
             secret=secret,
@@ -207,6 +220,17 @@ class LocalBackend(BaseBackend):
             device_memory_mib=device_mib,
             verify_timeout_s=self.verify_timeout_s,
             faults=self.faults,
+            wipe_volumes=tuple(
+                volume_env[f"FIREPOOL_VOLUME_{v.upper()}"]
+                for v, wipe in self.volumes.items()
+                if wipe
+            ),
+            keep_caches=tuple(
+                volume_env[f"FIREPOOL_VOLUME_{v.upper()}"]
+                for v, wipe in self.volumes.items()
+                if not wipe
+            ),
+            extra_env=volume_env,
         )
         config_path = pod_dir / "agent.json"
         fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -32,17 +32,17 @@ from firepool.model import (
     RequestValidationError,
     attempt_id,
 )
+from firepool.store.accounts import AccountsMixin
 from firepool.store.committer import BulkWrite, Committer, Tx
 from firepool.store.records import (
     AttemptRecord,
     JobRecord,
-    PackageRecord,
     PodBinding,
     Submitted,
     timings,
 )
 from firepool.store.rows import binding_from_row, error_code, job_from_row
-from firepool.store.schema import attempts, callers, jobs, packages, pod_bindings, tokens
+from firepool.store.schema import attempts, jobs, pod_bindings
 
 #: Timings a driver may stamp after the durable start (the others are set by transitions).
 _STAMPABLE = {"started": jobs.c.started_at, "first_instruction": jobs.c.first_instruction_at}
@@ -89,7 +89,7 @@ def spec_hash(spec: JobSpec) -> str:
     return hashlib.sha256(spec.model_dump_json(exclude={"request_id"}).encode()).hexdigest()
 
 
-class SqlJobStore:
+class SqlJobStore(AccountsMixin):
     def __init__(self, engine: Engine, *, writers: int | None = None, max_batch: int = 256) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
@@ -510,61 +510,3 @@ class SqlJobStore:
 
         found: list[AttemptRecord] = self._read(read)
         return found
-
-    # ------------------------------------------------------------------ packages
-    def add_package(self, digest: str, size: int, *, caller: str, now: float) -> PackageRecord:
-        def write(tx: Tx) -> PackageRecord:
-            conn = tx.conn
-            row = conn.execute(sa.select(packages).where(packages.c.digest == digest)).first()
-            if row is None:
-                conn.execute(
-                    packages.insert().values(
-                        digest=digest, size=size, created_at=now, uploaded_by=caller
-                    )
-                )
-                return PackageRecord(digest, size, now, caller)
-            return PackageRecord(row.digest, row.size, row.created_at, row.uploaded_by)
-
-        record: PackageRecord = self._committer.run(write)
-        return record
-
-    def get_package(self, digest: str) -> PackageRecord | None:
-        def read(conn: sa.Connection) -> PackageRecord | None:
-            row = conn.execute(sa.select(packages).where(packages.c.digest == digest)).first()
-            if row is None:
-                return None
-            return PackageRecord(row.digest, row.size, row.created_at, row.uploaded_by)
-
-        found: PackageRecord | None = self._read(read)
-        return found
-
-    # ------------------------------------------------------------------ callers
-    def add_token(self, caller: str, token_hash: str, *, now: float) -> None:
-        def write(tx: Tx) -> None:
-            conn = tx.conn
-            known = conn.execute(sa.select(callers.c.name).where(callers.c.name == caller)).first()
-            if known is None:
-                conn.execute(callers.insert().values(name=caller, created_at=now))
-            conn.execute(
-                tokens.insert().values(
-                    token_hash=token_hash, caller=caller, created_at=now, revoked=False
-                )
-            )
-
-        self._committer.run(write)
-
-    def caller_for_token(self, token_hash: str) -> str | None:
-        query = sa.select(tokens.c.caller).where(
-            tokens.c.token_hash == token_hash, tokens.c.revoked == sa.false()
-        )
-        found: str | None = self._read(lambda conn: conn.execute(query).scalar())
-        return found
-
-    def revoke_token(self, token_hash: str) -> None:
-        def write(tx: Tx) -> None:
-            conn = tx.conn
-            conn.execute(
-                sa.update(tokens).where(tokens.c.token_hash == token_hash).values(revoked=True)
-            )
-
-        self._committer.run(write)

@@ -7,10 +7,13 @@ import typer
 from firepool.cli import capacity, jobs, run
 from firepool.cli.serve import serve as serve_command
 from firepool.cli.serve import token_app
+from firepool.cli.sim import sim_app
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="firepool: warm GPU and CPU capacity broker."
 )
+
+app.add_typer(sim_app, name="sim")
 
 
 @app.command()

@@ -42,7 +42,8 @@ def run_loops(out: str | Path, repeats: int = 10, workers: int | None = None,
                                  for a, b in zip(on, off, strict=True)])
         mk_on = pct([r["makespan"] for r in on], 50)
         mk_off = pct([r["makespan"] for r in off], 50)
-        mk_diff = bootstrap_ci([b["makespan"] - a["makespan"] for a, b in zip(on, off, strict=True)])
+        mk_diff = bootstrap_ci([b["makespan"] - a["makespan"]
+                                for a, b in zip(on, off, strict=True)])
         speedup = mk_off / mk_on
         col = {
             "label": label, "venue": venue, "workload": wl, "arm": arm,

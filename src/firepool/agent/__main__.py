@@ -19,10 +19,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from firepool.agent.runtime import Agent
-from firepool.agent.server import AgentHTTPServer
-from firepool.agent.zygote import set_subreaper
-from firepool.protocol import AgentConfig
+from firepool.agent.zygote import set_subreaper, start_process
 
 
 def main(argv: list[str]) -> int:
@@ -30,14 +27,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--listen-fd", type=int, default=None)
     args = parser.parse_args(argv)
-    config = AgentConfig.model_validate(json.loads(Path(args.config).read_text()))
+    raw = json.loads(Path(args.config).read_text())
+    set_subreaper()
+    # The warm interpreter starts now and imports its modules while we import pydantic: the
+    # two start-ups overlap. Mounts made below are still seen by it (same mount namespace).
+    zygote = start_process(list(raw.get("preload_modules", ())))
+    from firepool.agent.runtime import Agent
+    from firepool.agent.server import AgentHTTPServer
+    from firepool.protocol import AgentConfig
+
+    config = AgentConfig.model_validate(raw)
     logging.basicConfig(
         level=logging.INFO,
         format=f"%(asctime)s agent[{config.pod}] %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    set_subreaper()
-    agent = Agent(config)
+    agent = Agent(config, zygote)
     if args.listen_fd is not None:
         listen = socket.socket(fileno=args.listen_fd)
         server = AgentHTTPServer(agent, listen)

@@ -16,6 +16,8 @@ import logging
 import os
 import secrets
 import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -72,7 +74,11 @@ class Attempt:
 
 
 class Agent:
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        zygote: tuple[subprocess.Popen[bytes], socket.socket] | None = None,
+    ) -> None:
         self.config = config
         self.layout = PodLayout(Path(config.pod_dir))
         self.layout.create()
@@ -102,7 +108,9 @@ class Agent:
         self.dirty = False
         self.unclean_reason: str | None = None
         self.healthy = True
-        self.zygote = ZygoteClient(config.preload_modules, self._on_exit, self._on_zygote_death)
+        self.zygote = ZygoteClient(
+            config.preload_modules, self._on_exit, self._on_zygote_death, started=zygote
+        )
 
     # ------------------------------------------------------------------ health
 

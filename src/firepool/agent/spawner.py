@@ -11,12 +11,12 @@ import json
 import logging
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from firepool.agent.zygote import start_process
 from firepool.protocol import LaunchFailedError
 
 log = logging.getLogger("firepool.agent")
@@ -43,29 +43,17 @@ class ZygoteClient:
         preload: tuple[str, ...],
         on_exit: Callable[[ZygoteExit], None],
         on_death: Callable[[], None],
+        started: tuple[subprocess.Popen[bytes], socket.socket] | None = None,
     ) -> None:
         self._on_exit = on_exit
         self._on_death = on_death
-        ours, theirs = socket.socketpair()
-        self._sock = ours
+        self.proc, self._sock = started if started is not None else start_process(preload)
         self._send_lock = threading.Lock()
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()
         self.ready = threading.Event()
         self.modules: list[str] = []
         self.failed: dict[str, str] = {}
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "firepool.agent.zygote",
-                str(theirs.fileno()),
-                ",".join(preload),
-            ],
-            pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL,
-        )
-        theirs.close()
         self._reader = threading.Thread(target=self._read, name="zygote-reader", daemon=True)
         self._reader.start()
 

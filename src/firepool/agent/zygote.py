@@ -27,11 +27,13 @@ import runpy  # imported here, not in the child: together they cost ~30 ms per j
 import selectors
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
 import types
+from collections.abc import Sequence
 from typing import Any
 
 from firepool.agent.entry import python_entry, sys_argv_for
@@ -63,6 +65,19 @@ def preload(modules: list[str]) -> tuple[list[str], dict[str, str]]:
     gc.collect()
     gc.freeze()
     return loaded, failed
+
+
+def start_process(preload: Sequence[str]) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """Start a zygote; returns it and our end of its socketpair. Stdlib only, so the agent can
+    call it before importing anything heavy and let both start-ups overlap."""
+    ours, theirs = socket.socketpair()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "firepool.agent.zygote", str(theirs.fileno()), ",".join(preload)],
+        pass_fds=[theirs.fileno()],
+        stdin=subprocess.DEVNULL,
+    )
+    theirs.close()
+    return proc, ours
 
 
 # --------------------------------------------------------------------------- in the child

@@ -50,7 +50,8 @@ class LogCursor:
     attempt: int = 0
     only_attempt: bool = False
     offset: int = 0
-    backoff: Backoff = field(default_factory=Backoff)
+    #: Output is watched by people: poll at least twice a second while a job is silent.
+    backoff: Backoff = field(default_factory=lambda: Backoff(ceiling=0.5))
 
     def request(self) -> calls.Call[LogsOut]:
         return calls.logs(self.job_id, attempt=self.attempt, offset=self.offset)

@@ -217,7 +217,7 @@ class SimBroker:
         self._retired(result.retired)
         self._promoted(result.promoted)
         self._wake_dispatch()
-        self._wake_reconcile(self.stats[job].pool)
+        self._wake_reconcile(self.stats[job].pool)  # restage standbys, retire, refill floors
 
     def _promoted(self, promotions: Iterable[Promotion]) -> None:
         for promo in promotions:

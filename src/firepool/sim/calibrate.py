@@ -19,7 +19,7 @@ from firepool.sim.venue import LOCAL_CLUSTER, Dist, Venue
 def _dist(samples: list[float]) -> Dist:
     ordered = sorted(samples)
     med = statistics.median(ordered)
-    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
     return Dist(med, max(med, p90))
 
 

@@ -1,0 +1,140 @@
+"""Simulator: determinism for a seed, the real control plane in the loop, smoke runs of every
+experiment (tiny sizes: the whole file stays well under a minute on 2 cores)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from firepool.cli.sim import sim_app
+from firepool.control import tracker as tracker_module
+from firepool.model import PoolSpec
+from firepool.scheduling import make_policy
+from firepool.sim.broker import JobRequest, SimBroker
+from firepool.sim.experiments.runs import loop_cell, standby_cell
+from firepool.sim.loop import EventLoop
+from firepool.sim.memstore import MemStore
+from firepool.sim.stats import bootstrap_ci
+from firepool.sim.training import simulate
+from firepool.sim.trainloads import paper_workload
+from firepool.sim.venue import PRESETS, Dist, load_venue
+
+
+def test_loop_orders_by_time_then_insertion() -> None:
+    loop = EventLoop()
+    seen: list[str] = []
+    loop.at(2.0, seen.append, "c")
+    loop.at(1.0, seen.append, "a")
+    loop.at(1.0, seen.append, "b")
+    loop.run()
+    assert seen == ["a", "b", "c"] and loop.now == 2.0 and loop.events == 3
+
+
+def test_dist_matches_median_and_p90() -> None:
+    d = Dist(22.1, 34.7)
+    rng = random.Random(1)
+    xs = sorted(d.sample(rng) for _ in range(20000))
+    assert abs(xs[10000] - 22.1) < 0.6
+    assert abs(xs[18000] - 34.7) < 1.2
+
+
+def test_venue_round_trips_through_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "v.json"
+    PRESETS["production-h200"].save(path)
+    assert load_venue(str(path)) == PRESETS["production-h200"]
+
+
+def test_same_seed_same_result_and_arms_share_jobs() -> None:
+    a = loop_cell("production-h200", "agent2", "on", seed=3)
+    b = loop_cell("production-h200", "agent2", "on", seed=3)
+    assert a == b
+    off = loop_cell("production-h200", "agent2", "off", seed=3)
+    assert off["jobs"] == a["jobs"]  # the paired arm runs the very same jobs
+
+
+def test_broker_drives_the_real_tracker(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    real = tracker_module.Tracker.claim
+
+    def spy(self: tracker_module.Tracker, req, now):  # type: ignore[no-untyped-def]
+        calls.append(req.job)
+        return real(self, req, now)
+
+    monkeypatch.setattr(tracker_module.Tracker, "claim", spy)
+    loop = EventLoop()
+    spec = PoolSpec(name="cpu", cpus_per_pod=1.0, max_count=2, idle_timeout=60.0)
+    broker = SimBroker(loop, PRESETS["production-cpu"], [spec], {"cpu": 2}, random.Random(0))
+    done: list[str] = []
+    for k in range(3):
+        broker.submit(JobRequest("alice", "cpu", 1.0, tag="t"), lambda st: done.append(st.job))
+    loop.run(until=600.0)
+    assert len(done) == 3 and calls
+    assert broker.ledger.used("cpu") <= 2
+    broker.tracker.check_invariants()
+    paths = [s.paths[0] for s in broker.finished()]
+    assert "new" in paths and "warm" in paths  # created pods, then warm reuse
+
+
+def test_memstore_is_compare_and_set() -> None:
+    from firepool.model import JobSpec, LostRaceError
+
+    store = MemStore()
+    job = store.submit("c", JobSpec(pool="cpu", command=["x"]), now=0.0).job
+    started = store.start(job, [], now=1.0)
+    with pytest.raises(LostRaceError):
+        store.start(job, [], now=2.0)
+    assert store.attempts(job.id)[0].job_id == job.id and started.version == job.version + 1
+
+
+def test_standby_shortens_handover() -> None:
+    on = standby_cell("production-h200", True, seed=0)
+    off = standby_cell("production-h200", False, seed=0)
+    assert on["makespan"] < off["makespan"]
+    assert on["handover_paths"].get("standby", 0) > 0 and "standby" not in off["handover_paths"]
+
+
+def test_training_is_deterministic_and_finishes() -> None:
+    jobs = paper_workload("small", 1)
+    a = simulate(make_policy("sia"), jobs, lam=0.1, seed=1)
+    b = simulate(make_policy("sia"), jobs, lam=0.1, seed=1)
+    assert a.jct == b.jct and a.unfinished == 0 and len(a.jct) == 4
+
+
+def test_bootstrap_ci_brackets_the_statistic() -> None:
+    s, lo, hi = bootstrap_ci([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert lo <= s <= hi
+
+
+SMOKE = [
+    ["loops", "--repeats", "1"],
+    ["standby", "--repeats", "1"],
+    ["frontier", "--seeds", "1", "--horizon", "900"],
+    ["fragmentation", "--seeds", "1", "--horizon", "600"],
+]
+
+
+@pytest.mark.parametrize("args", SMOKE, ids=[a[0] for a in SMOKE])
+def test_broker_commands_smoke(tmp_path: Path, args: list[str]) -> None:
+    result = CliRunner().invoke(sim_app, [*args, "--out", str(tmp_path), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    name = args[0]
+    assert json.loads((tmp_path / f"{name}.json").read_text())
+    assert (tmp_path / f"{name}.md").read_text().startswith("|")
+    assert (tmp_path / f"{name}.png").stat().st_size > 1000
+
+
+def test_lengths_and_oak_experiments_smoke(tmp_path: Path) -> None:
+    from firepool.sim.experiments.frontier import run_lengths
+    from firepool.sim.experiments.oak import run_oak_ablation, run_oak_sweep, run_oak_table
+
+    run_lengths(tmp_path, 1, 1, progress=False, lengths=(1.0, 100.0), thinks=(0.0,))
+    run_oak_table(tmp_path, 1, 1, progress=False, workloads=("small",), lams=(0.0, 0.1))
+    run_oak_ablation(tmp_path, 1, 1, progress=False, workloads=("small",), lams=(0.1,))
+    run_oak_sweep(tmp_path, 1, 1, progress=False, workloads=("small",), lams=(0.1,),
+                  policies=("oak", "drf"))
+    for name in ("lengths", "oak-table", "oak-ablation", "oak-sweep"):
+        assert (tmp_path / f"{name}.png").exists() and (tmp_path / f"{name}.json").exists()

@@ -18,18 +18,15 @@ app.add_typer(sim_app, name="sim")
 
 @app.command()
 def demo(
-    json_path: str | None = typer.Option(None, "--json", help="Write the results as JSON here."),
+    json_path: str | None = typer.Option(None, "--json", help="Write each arm's figures here."),
+    scale: float = typer.Option(0.5, help="Multiply the paper's job bodies and pauses."),
+    cap: int = typer.Option(4, help="Pool ceiling (pods) for every arm."),
+    seed: int = typer.Option(2027, help="Seed of the workloads (the same jobs in every arm)."),
 ) -> None:
-    """Run the main demonstration on this machine and print its results.
+    """Run the broker paper's agent and RL loops under three arms and print the results."""
+    from firepool.demo.main import run_demo
 
-    Until the end-to-end broker lands this runs the control-plane tracker benchmark.
-    """
-    from firepool.bench import tracker
-
-    argv = ["--pods", "100000"]
-    if json_path:
-        argv += ["--json", json_path]
-    raise typer.Exit(tracker.main(argv))
+    raise typer.Exit(run_demo(seed=seed, scale=scale, cap=cap, json_path=json_path))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -1,0 +1,1 @@
+"""`firepool demo`: the broker paper's loop experiments, live, on this machine."""

@@ -69,7 +69,7 @@ def test_broker_drives_the_real_tracker(monkeypatch: pytest.MonkeyPatch) -> None
     spec = PoolSpec(name="cpu", cpus_per_pod=1.0, max_count=2, idle_timeout=60.0)
     broker = SimBroker(loop, PRESETS["production-cpu"], [spec], {"cpu": 2}, random.Random(0))
     done: list[str] = []
-    for k in range(3):
+    for _ in range(3):
         broker.submit(JobRequest("alice", "cpu", 1.0, tag="t"), lambda st: done.append(st.job))
     loop.run(until=600.0)
     assert len(done) == 3 and calls

@@ -30,12 +30,21 @@ Program = Generator[Command, "list[JobStats] | None", None]
 
 
 class _Barrier:
-    __slots__ = ("done", "left", "program")
+    """The jobs of one `Run`: the program resumes when the last of them finishes."""
 
-    def __init__(self, program: Program, n: int) -> None:
+    __slots__ = ("done", "left", "program", "runner")
+
+    def __init__(self, runner: Runner, program: Program, n: int) -> None:
+        self.runner = runner
         self.program = program
         self.left = n
         self.done: list[JobStats] = []
+
+    def job_done(self, st: JobStats) -> None:
+        self.done.append(st)
+        self.left -= 1
+        if self.left == 0:
+            self.runner._step((self.program, self.done))
 
 
 class Runner:
@@ -71,12 +80,6 @@ class Runner:
         if not cmd.jobs:
             self.loop.after(0.0, self._step, (program, []))
             return
-        barrier = _Barrier(program, len(cmd.jobs))
+        barrier = _Barrier(self, program, len(cmd.jobs))
         for req in cmd.jobs:
-            self.broker.submit(req, lambda st, b=barrier: self._done(b, st))
-
-    def _done(self, barrier: _Barrier, st: JobStats) -> None:
-        barrier.done.append(st)
-        barrier.left -= 1
-        if barrier.left == 0:
-            self._step((barrier.program, barrier.done))
+            self.broker.submit(req, barrier.job_done)

@@ -61,7 +61,7 @@ def _grid(policies: tuple[str, ...], workloads: tuple[str, ...], lams: tuple[flo
 
 
 def _mean(runs: list[dict[str, Any]], key: str) -> float:
-    return sum(r[key] for r in runs) / len(runs)
+    return float(sum(r[key] for r in runs)) / len(runs)
 
 
 def run_oak_table(out: str | Path, seeds: int = 10, workers: int | None = None,
@@ -75,9 +75,9 @@ def run_oak_table(out: str | Path, seeds: int = 10, workers: int | None = None,
             oak, sia = grid[("oak", w, lam)], grid[("sia", w, lam)]
             om, sm, ox, sx = (_mean(oak, "mean"), _mean(sia, "mean"), _mean(oak, "max"),
                               _mean(sia, "max"))
-            ci = bootstrap_ci([1 - o["mean"] / s["mean"] for o, s in zip(oak, sia, strict=True)],
-                              stat="mean")
-            row = {"workload": w, "lam": lam, "oak_mean": om, "sia_mean": sm,
+            gains = [1 - o["mean"] / s["mean"] for o, s in zip(oak, sia, strict=True)]
+            ci = bootstrap_ci(gains, stat="mean")
+            row: dict[str, Any] = {"workload": w, "lam": lam, "oak_mean": om, "sia_mean": sm,
                    "delta_mean": 1 - om / sm, "delta_mean_ci": ci, "oak_max": ox, "sia_max": sx,
                    "delta_max": 1 - ox / sx, "oak_restarts": _mean(oak, "restarts"),
                    "sia_restarts": _mean(sia, "restarts"),

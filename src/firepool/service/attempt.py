@@ -45,6 +45,7 @@ class Running:
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     exits: dict[str, asyncio.Future[ExitEvent]] = field(default_factory=dict)
     launched: bool = False
+    log_pump: asyncio.Task[None] | None = None
 
 
 class AttemptRunner:
@@ -60,6 +61,7 @@ class AttemptRunner:
         on_release: Callable[[ReleaseResult], None],
         exit_poll_s: float = 2.0,
         stop_grace_s: float = 10.0,
+        log_drain_s: float = 5.0,
     ) -> None:
         self.store = store
         self.tracker = tracker
@@ -70,6 +72,7 @@ class AttemptRunner:
         self.on_release = on_release
         self.exit_poll_s = exit_poll_s
         self.stop_grace_s = stop_grace_s
+        self.log_drain_s = log_drain_s
 
     async def run(self, running: Running) -> JobRecord | None:
         """Drive the attempt to its end; returns the job as recorded after the verdict, or None
@@ -96,6 +99,10 @@ class AttemptRunner:
 
     async def _finish(self, running: Running, end: AttemptEnd) -> JobRecord:
         job, lease = running.job, running.lease
+        if running.log_pump is not None:
+            # A terminal job's log is complete: the agent ends its follow stream at exit.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(running.log_pump), self.log_drain_s)
         unclean = await self._reset(lease)
         released = self.tracker.release(job.id, self.clock(), unclean=unclean)
         self.on_release(released)
@@ -141,10 +148,19 @@ class AttemptRunner:
             return AttemptEnd(launch_failed=True, message=str(exc))
         running.launched = True
         first = min(started)
-        await asyncio.to_thread(self.store.record_timing, job, "started", first)
-        await asyncio.to_thread(self.store.record_timing, job, "first_instruction", first)
-        self.pods.spawn(self._pump_logs(job, lease.pods[0].name))
+        self.pods.spawn(self._record_start(job, first))
+        running.log_pump = asyncio.ensure_future(self._pump_logs(job, lease.pods[0].name))
         return await self._wait_exit(running)
+
+    async def _record_start(self, job: JobRecord, at: float) -> None:
+        """Off the critical path: the attempt already runs. The process start is the first
+        instant user code can run; a job that reports its own first instruction refines it."""
+
+        def write() -> None:
+            self.store.record_timing(job, "started", at)
+            self.store.record_timing(job, "first_instruction", at)
+
+        await asyncio.to_thread(write)
 
     async def _launch_one(self, job: JobRecord, lease: Lease, rank: int, port: int) -> float:
         spec = job.spec

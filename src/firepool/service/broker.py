@@ -92,7 +92,10 @@ class Broker:
             exit_poll_s=config.exit_poll_s,
         )
         self.running: dict[str, Running] = {}
-        self.queued: list[JobRecord] = []
+        # The queue as the dispatcher knows it: fed by submissions and re-queues at once, and
+        # re-read from the store on every fallback tick (which catches anything missed).
+        self.queued: dict[str, JobRecord] = {}
+        self._resync = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
         self._reconcile_now = asyncio.Event()
@@ -131,7 +134,13 @@ class Broker:
         self._signal(self._wake)
 
     def job_submitted(self, job: JobRecord) -> None:
-        self.wake()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._enqueue, job)
+
+    def _enqueue(self, job: JobRecord) -> None:
+        if job.state is JobState.QUEUED and job.id not in self.running:
+            self.queued[job.id] = job
+        self._wake.set()
 
     def cancel_requested(self, job: JobRecord) -> None:
         running = self.running.get(job.id)
@@ -168,8 +177,10 @@ class Broker:
 
     async def _dispatch_loop(self) -> None:
         while not self._closing:
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.config.dispatch_tick_s)
+            except TimeoutError:
+                self._resync = True
             self._wake.clear()
             try:
                 await self.dispatch_once()
@@ -177,13 +188,15 @@ class Broker:
                 log.exception("dispatch pass failed")
 
     async def dispatch_once(self) -> None:
-        jobs = await asyncio.to_thread(
-            self.store.list_jobs, states=[JobState.QUEUED], limit=self.config.max_queue_scan
-        )
+        if self._resync:
+            self._resync = False
+            jobs = await asyncio.to_thread(
+                self.store.list_jobs, states=[JobState.QUEUED], limit=self.config.max_queue_scan
+            )
+            self.queued = {j.id: j for j in jobs if j.id not in self.running}
         start = time.perf_counter()
-        self.queued = [j for j in jobs if j.id not in self.running]
         candidates: list[QueuedJob] = []
-        for job in self.queued:
+        for job in list(self.queued.values()):
             if job.spec.pool not in self.specs:
                 await asyncio.to_thread(
                     self.store.finish,
@@ -193,12 +206,12 @@ class Broker:
                     error_class=ErrorCode.UNKNOWN_POOL,
                     message=f"pool {job.spec.pool!r} is not in this broker's catalog",
                 )
+                del self.queued[job.id]
                 continue
             candidates.append(_queued(job))
         result = dispatch_pass(self.tracker, candidates, self.clock())
-        by_id = {j.id: j for j in self.queued}
         for lease in result.leases:
-            running = Running(by_id[lease.job], lease)
+            running = Running(self.queued.pop(lease.job), lease)
             self.running[lease.job] = running
             self.pods.spawn(self._run(running))
         self.dispatch_ms.append((time.perf_counter() - start) * 1000.0)
@@ -216,7 +229,11 @@ class Broker:
 
     async def _run(self, running: Running) -> None:
         try:
-            await self.runner.run(running)
+            final = await self.runner.run(running)
+            if final is None:  # the commit lost a race: the store has the truth
+                self._resync = True
+            elif final.state is JobState.QUEUED:  # a retry
+                self.queued[final.id] = final
         except Exception:
             log.exception("attempt %s crashed in the broker", running.job.attempt)
         finally:
@@ -253,7 +270,7 @@ class Broker:
         for spec in self.specs.values():
             demand = [
                 QueuedDemand(j.caller, j.spec.pods, j.spec.single_use, j.spec.image)
-                for j in self.queued
+                for j in self.queued.values()
                 if j.spec.pool == spec.name
             ]
             scale = plan(

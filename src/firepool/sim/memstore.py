@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from firepool.model import ConflictError, ErrorCode, JobSpec, JobState, LostRaceError, NotFoundError
 from firepool.store.records import (
@@ -22,6 +23,28 @@ from firepool.store.records import (
     Submitted,
     timings,
 )
+
+_KEEP: Any = object()
+
+
+def _job(row: JobRecord, *, state: Any = _KEEP, version: Any = _KEEP, retries: Any = _KEEP,
+         exit_code: Any = _KEEP, error_class: Any = _KEEP, message: Any = _KEEP,
+         cancel_requested: Any = _KEEP, timings: Any = _KEEP, pods: Any = _KEEP) -> JobRecord:
+    """`dataclasses.replace` for JobRecord without its per-call field introspection (several
+    times faster; the store is on the simulator's per-job path)."""
+    k = _KEEP
+    return JobRecord(
+        row.id, row.caller, row.spec,
+        row.state if state is k else state,
+        row.version if version is k else version,
+        row.retries if retries is k else retries,
+        row.exit_code if exit_code is k else exit_code,
+        row.error_class if error_class is k else error_class,
+        row.message if message is k else message,
+        row.cancel_requested if cancel_requested is k else cancel_requested,
+        row.timings if timings is k else timings,
+        row.pods if pods is k else pods,
+    )
 
 
 class MemStore:
@@ -93,7 +116,7 @@ class MemStore:
         row = self._current(job)
         if row.state is not JobState.QUEUED:
             raise LostRaceError(f"job {job.id} is {row.state}, not queued", field="job")
-        new = dataclasses.replace(
+        new = _job(
             row, state=JobState.RUNNING, version=row.version + 1, pods=tuple(bindings),
             timings=timings(row.timings, assigned=now),
         )
@@ -124,7 +147,7 @@ class MemStore:
         row = self._current(job)
         if not state.terminal:
             raise ConflictError(f"{state} is not terminal", field="state")
-        new = dataclasses.replace(
+        new = _job(
             row, state=state, version=row.version + 1, exit_code=exit_code,
             error_class=error_class, message=message, timings=timings(row.timings, finished=now),
         )
@@ -139,7 +162,7 @@ class MemStore:
         if row.state is not JobState.RUNNING:
             raise LostRaceError(f"job {job.id} is {row.state}, not running", field="job")
         self._close_attempt(row, JobState.FAILED, now, None, error_class)
-        new = dataclasses.replace(row, state=JobState.QUEUED, version=row.version + 1,
+        new = _job(row, state=JobState.QUEUED, version=row.version + 1,
                                   retries=row.retries + 1, error_class=error_class)
         self._jobs[job.id] = new
         return new
@@ -151,9 +174,9 @@ class MemStore:
         if row.state.terminal:
             return row
         if row.state is JobState.RUNNING:
-            new = dataclasses.replace(row, cancel_requested=True, version=row.version + 1)
+            new = _job(row, cancel_requested=True, version=row.version + 1)
         else:
-            new = dataclasses.replace(row, state=JobState.CANCELLED, version=row.version + 1,
+            new = _job(row, state=JobState.CANCELLED, version=row.version + 1,
                                       error_class=ErrorCode.CANCELLED,
                                       timings=timings(row.timings, finished=now))
         self._jobs[job_id] = new
@@ -163,7 +186,7 @@ class MemStore:
         row = self._jobs.get(job.id)
         if row is not None:
             changed = timings(row.timings, **{name: at})
-            self._jobs[job.id] = dataclasses.replace(row, timings=changed)
+            self._jobs[job.id] = _job(row, timings=changed)
 
     def attempts(self, job_id: str) -> list[AttemptRecord]:
         return list(self._attempts.get(job_id, ()))

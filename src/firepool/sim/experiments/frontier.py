@@ -31,7 +31,7 @@ def frontier_configs() -> list[tuple[str, str, dict[str, Any]]]:
         out.append((f"floor {floor}, idle cap 2, 60 s", "on",
                     {"min_count": floor, "max_idle_count": 2, "idle_timeout": 60.0}))
     out.append(("fresh pod per job", "fresh", {"min_count": 0, "max_idle_count": 0}))
-    out.append(("always-on (floor = ceiling)", "on",
+    out.append(("floor = ceiling (16)", "on",
                 {"min_count": CEILING, "max_idle_count": CEILING, "idle_timeout": 900.0}))
     return out
 
@@ -53,7 +53,7 @@ def run_frontier(out: str | Path, seeds: int = 3, workers: int | None = None,
     rows = []
     for pattern in patterns:
         runs = {label: [next(res) for _ in range(seeds)] for label, _, _ in configs}
-        base = runs["always-on (floor = ceiling)"]
+        base = runs["floor = ceiling (16)"]
         base_p50 = pct([pct(r["start"], 50) for r in base], 50)
         for label, _, _ in configs:
             rs = runs[label]

@@ -29,13 +29,14 @@ def test_run_streams_and_exits_with_the_jobs_code(cli_e2e: Invoke, tmp_path: Pat
         *args, "--requirements", str(tmp_path / "req.txt"), "--", "python", "main.py", "3"
     )
     assert failed.exit_code == 3, failed.output
-    assert failed.stdout == "seed 7 args ['3']\n"
+    assert failed.stdout == "seed 7 args ['3']\n", failed.stderr
     assert "NonZeroExit" in failed.stderr and "exit code 3" in failed.stderr
     # No `--` needed: everything after the command's first word belongs to it.
     ok = cli_e2e(*args, "--tag", "s1", "python", "main.py", "0", "--not-an-option")
     assert ok.exit_code == 0, ok.output
-    assert ok.stdout == "seed 7 args ['0', '--not-an-option']\n"
-    assert re.search(r"SUCCEEDED · exit 0 · cpu-\w+ (warm|recycled)/\w+", ok.stderr), ok.stderr
+    assert ok.stdout == "seed 7 args ['0', '--not-an-option']\n", ok.stderr
+    # Warm, recycled or new depends on whether the first pod finished its reset in time.
+    assert re.search(r"SUCCEEDED · exit 0 · cpu-\w+ \w+/\w+", ok.stderr), ok.stderr
 
 
 def test_a_job_that_ends_without_an_exit_code_fails_clearly(

@@ -4,6 +4,7 @@ gets its result, exit code and acquisition path back; sessions reuse a warm pod.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,17 @@ sys.exit(int(sys.argv[1]))
 """
 
 
+def wait_until_free(client: Client, pod: str, timeout: float = 30.0) -> None:
+    """The job is reported finished before its pod's reset completes; wait for the pod."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = {p.name: p.state for p in client.pods()}
+        if states.get(pod) in ("idle", "held"):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"pod {pod} did not come back: {states}")
+
+
 @pytest.fixture
 def package(tmp_path: Path) -> Path:
     (tmp_path / "code").mkdir()
@@ -29,6 +41,7 @@ def package(tmp_path: Path) -> Path:
 def test_run_returns_exit_code_and_acquisition(embedded: EmbeddedThread, package: Path) -> None:
     with Client(embedded.url, embedded.token) as client, client.session() as session:
         failed = client.run("cpu", ["python", "main.py", "3"], package=package, wait_timeout=60)
+        wait_until_free(client, failed.pods[0].name)
         again = client.run("cpu", ["python", "main.py", "0"], package=package, wait_timeout=60)
         output = "".join(client.logs(failed.id))
     assert (failed.state, failed.exit_code, failed.error_class) == (

@@ -11,6 +11,7 @@ from cli_harness import Invoke
 
 from firepool.api.schemas import JobOut
 from firepool.cli.run import outcome
+from firepool.client import zip_directory
 from firepool.model import ErrorCode, JobState
 from firepool.testing.broker import LiveBroker
 
@@ -37,6 +38,11 @@ def test_run_streams_and_exits_with_the_jobs_code(cli_e2e: Invoke, tmp_path: Pat
     assert ok.stdout == "seed 7 args ['0', '--not-an-option']\n", ok.stderr
     # Warm, recycled or new depends on whether the first pod finished its reset in time.
     assert re.search(r"SUCCEEDED · exit 0 · cpu-\w+ \w+/\w+", ok.stderr), ok.stderr
+    digest = zip_directory(tmp_path).digest  # already uploaded: a digest names it
+    by_digest = cli_e2e(
+        "run", "--pool", "cpu", "--package", digest, "-e", "SEED=1", "--", "python", "main.py", "0"
+    )
+    assert by_digest.exit_code == 0 and by_digest.stdout == "seed 1 args ['0']\n"
 
 
 def test_a_job_that_ends_without_an_exit_code_fails_clearly(

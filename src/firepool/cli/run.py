@@ -70,7 +70,8 @@ def run(
     ],
     pool: Annotated[str, typer.Option("--pool", "-p", help="Pool to run on.")],
     package: Annotated[
-        Path | None, typer.Option("--package", help="Code directory or zip (uploaded once).")
+        str | None,
+        typer.Option("--package", help="Code directory or zip (uploaded once), or a digest."),
     ] = None,
     requirements: Annotated[
         Path | None,

@@ -66,7 +66,8 @@ def describe(job: JobOut) -> str:
 
 def run(
     command: Annotated[
-        list[str], typer.Argument(help="The command to run in the pod.", metavar="-- COMMAND...")
+        list[str],
+        typer.Argument(help="The command to run in the pod (after --).", metavar="COMMAND"),
     ],
     pool: Annotated[str, typer.Option("--pool", "-p", help="Pool to run on.")],
     package: Annotated[

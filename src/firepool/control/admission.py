@@ -47,9 +47,7 @@ def admit(
         group = name if spec.is_gpu else None
         if not ledger.try_reserve(resource, name, units):
             break
-        orders.append(
-            CreateOrder(name, spec.name, PodRole.ACTIVE, group, name, single_use, image)
-        )
+        orders.append(CreateOrder(name, spec.name, PodRole.ACTIVE, group, name, single_use, image))
     for group in plan.create_standbys:
         orders.append(CreateOrder(new_name(), spec.name, PodRole.STANDBY, group, None))
     return orders

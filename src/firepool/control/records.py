@@ -201,3 +201,4 @@ class PodSnapshot:
     hold_until: float = 0.0
     idle_since: float | None = None
     job: str | None = None
+    retire_after: RetireReason | None = None  # e.g. a recycled pod: retires after its job

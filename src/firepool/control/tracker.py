@@ -773,6 +773,7 @@ class Tracker:
             index = self._pools[snap.pool]
             pod.template = snap.template
             pod.owner, pod.queue, pod.tag, pod.used = snap.owner, snap.queue, snap.tag, snap.used
+            pod.retire_after = snap.retire_after
             pod.idle_since = snap.idle_since if snap.idle_since is not None else snap.created_at
             state = snap.state
             if state is _S_IDLE and snap.used:

@@ -46,6 +46,7 @@ class Running:
     exits: dict[str, asyncio.Future[ExitEvent]] = field(default_factory=dict)
     launched: bool = False
     log_pump: asyncio.Task[None] | None = None
+    marking: asyncio.Task[None] | None = None
 
 
 class AttemptRunner:
@@ -88,7 +89,9 @@ class AttemptRunner:
             self.on_release(ReleaseResult(promoted=self.tracker.unclaim(job.id)))
             return None
         running.job = job
-        self.pods.spawn(self._mark_pods(job, lease))
+        # Step 4, best effort and off the critical path; the release's annotations wait for it
+        # so that a restarted broker never reads "running" over "held".
+        running.marking = asyncio.ensure_future(self._mark_pods(job, lease))
         end = await self._launch_and_wait(running)
         return await self._finish(running, end)
 
@@ -106,7 +109,7 @@ class AttemptRunner:
         unclean = await self._reset(lease)
         released = self.tracker.release(job.id, self.clock(), unclean=unclean)
         self.on_release(released)
-        self.pods.spawn(self._annotate_release(released))
+        self.pods.spawn(self._annotate_release(released, running.marking))
         return await self._record(job, end)
 
     # ------------------------------------------------------------------ steps
@@ -114,6 +117,7 @@ class AttemptRunner:
     async def _mark_pods(self, job: JobRecord, lease: Lease) -> None:
         spec = job.spec
         for p in lease.pods:
+            tracked = self.tracker.get(p.name)
             await self.pods.annotate(
                 p.name,
                 {
@@ -123,6 +127,11 @@ class AttemptRunner:
                     "queue": spec.queue,
                     "tag": spec.lease_tag,
                     "used": "1",
+                    "retire_after": (
+                        tracked.retire_after.value
+                        if tracked is not None and tracked.retire_after is not None
+                        else None
+                    ),
                 },
             )
 
@@ -258,7 +267,11 @@ class AttemptRunner:
         results = await asyncio.gather(*(reset(p.name) for p in lease.pods))
         return [pod for pod in results if pod is not None]
 
-    async def _annotate_release(self, released: ReleaseResult) -> None:
+    async def _annotate_release(
+        self, released: ReleaseResult, marking: asyncio.Task[None] | None
+    ) -> None:
+        if marking is not None:
+            await asyncio.gather(marking, return_exceptions=True)
         for pod, until in released.held:
             await self.pods.annotate(pod, {"state": "held", "hold_until": repr(until), "job": None})
 

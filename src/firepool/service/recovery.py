@@ -15,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from firepool.backends.base import PodRecord
-from firepool.control.records import Lease, LeasedPod, PodSnapshot
+from firepool.control.records import Lease, LeasedPod, PodSnapshot, RetireReason
 from firepool.model import (
     AcquisitionReason,
     ErrorCode,
@@ -60,7 +60,15 @@ def snapshot(record: PodRecord, gpu: bool) -> PodSnapshot | None:
         used=ann.get("used") == "1",
         hold_until=float(ann.get("hold_until", "0") or 0),
         job=ann.get("job") if state is PodState.RUNNING else None,
+        retire_after=_retire_reason(ann.get("retire_after")) if state is PodState.RUNNING else None,
     )
+
+
+def _retire_reason(value: str | None) -> RetireReason | None:
+    try:
+        return None if value is None else RetireReason(value)
+    except ValueError:
+        return RetireReason.STALE_TEMPLATE  # unknown: do not trust the pod past its job
 
 
 async def recover(broker: Broker) -> None:

@@ -1,0 +1,118 @@
+"""Invariant 8: after a broker crash (SIGKILL) and restart, no job is lost or launched twice.
+
+A real `firepool serve` process is killed while one job runs on a held pod's neighbour and
+another waits in the queue; a second server on the same data directory re-attaches the
+running attempt (same attempt id, no retry), keeps the owner's held pod, and runs the queued
+job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from firepool.testing.service import TERMINAL
+
+CATALOG = """
+[[pools]]
+name = "cpu"
+min_count = 2
+max_count = 3
+idle_timeout = 300.0
+"""
+
+
+def start_server(data_dir: Path, catalog: Path) -> subprocess.Popen[bytes]:
+    (data_dir / "url").unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "firepool.cli.main", "serve", "--data-dir", str(data_dir),
+         "--port", "0", "--catalog", str(catalog)],
+        stdout=subprocess.DEVNULL,
+        stderr=open(data_dir / "serve.log", "ab"),  # noqa: SIM115
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (data_dir / "url").exists():
+        assert proc.poll() is None, (data_dir / "serve.log").read_text()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return proc
+
+
+def client(data_dir: Path, token: str | None = None) -> httpx.Client:
+    url = (data_dir / "url").read_text().strip()
+    token = token or (data_dir / "token").read_text().strip()
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def wait_state(c: httpx.Client, job_id: str, states: set[str], timeout: float = 60) -> dict:  # type: ignore[type-arg]
+    deadline = time.monotonic() + timeout
+    while True:
+        job = c.get(f"/v1/jobs/{job_id}").json()
+        if job["state"] in states:
+            return job  # type: ignore[no-any-return]
+        assert time.monotonic() < deadline, job
+        time.sleep(0.05)
+
+
+def test_sigkill_and_restart_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    catalog = tmp_path / "pools.toml"
+    catalog.write_text(CATALOG)
+    marker = tmp_path / "runs"
+    body = f"import time; open({str(marker)!r}, 'a').write('run\\n'); time.sleep(4); print('done')"
+    server = start_server(data, catalog)
+    try:
+        bob_token = subprocess.run(
+            [sys.executable, "-m", "firepool.cli.main", "token", "create", "bob", "--data-dir",
+             str(data)],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        with client(data) as c, client(data, bob_token) as bob:
+            first = c.post("/v1/jobs", json={"pool": "cpu", "command": ["true"], "lease_tag": "a"})
+            held = wait_state(c, first.json()["id"], TERMINAL)["pods"][0]["name"]
+            long = bob.post(
+                "/v1/jobs",
+                json={"pool": "cpu", "command": ["python", "-c", body], "lease_tag": "b"},
+            ).json()["id"]
+            running = wait_state(bob, long, {"RUNNING"})
+            assert running["pods"][0]["name"] != held
+            time.sleep(0.5)  # the attempt is past its launch
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+
+        server = start_server(data, catalog)
+        with client(data) as c, client(data, bob_token) as bob:
+            done = wait_state(bob, long, TERMINAL, timeout=60)
+            assert (done["state"], done["retries"], done["attempt"]) == (
+                "SUCCEEDED", 0, running["attempt"],
+            )  # fmt: skip
+            assert marker.read_text() == "run\n"  # launched exactly once
+            pods = {p["name"]: p for p in c.get("/v1/pods").json()["pods"]}
+            assert pods[held]["state"] == "held" and pods[held]["owner"] == "local"
+            again = c.post("/v1/jobs", json={"pool": "cpu", "command": ["true"], "lease_tag": "a"})
+            final = wait_state(c, again.json()["id"], TERMINAL)
+            assert (final["state"], final["pods"][0]["name"]) == ("SUCCEEDED", held)
+            assert final["pods"][0]["acquisition"] == "warm"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+        subprocess.run([sys.executable, "-c", _CLEANUP, str(data)], check=False, timeout=60)
+
+
+_CLEANUP = """
+import asyncio, sys
+from firepool.backends.local import LocalBackend
+async def main():
+    backend = LocalBackend(sys.argv[1] + "/pods")
+    for pod in await backend.list_pods():
+        await backend.delete(pod.name)
+asyncio.run(main())
+"""

@@ -10,7 +10,8 @@ import pytest
 from cli_harness import Invoke, invoker
 
 from firepool.api.server import ServedApp
-from firepool.testing.broker import AppSwitch, EmbeddedThread, LiveBroker, live_broker
+from firepool.testing.broker import AppSwitch, LiveBroker, live_broker
+from firepool.testing.service import BrokerThread, running_broker
 
 
 @pytest.fixture(scope="session")
@@ -28,8 +29,8 @@ def broker(tmp_path: Path, served: tuple[ServedApp, AppSwitch]) -> Iterator[Live
 
 
 @pytest.fixture(scope="session")
-def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedThread]:
-    with EmbeddedThread(tmp_path_factory.mktemp("broker")) as whole:
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+    with running_broker(tmp_path_factory.mktemp("broker")) as whole:
         yield whole
 
 
@@ -40,6 +41,6 @@ def cli(broker: LiveBroker) -> Invoke:
 
 
 @pytest.fixture
-def cli_e2e(embedded: EmbeddedThread) -> Invoke:
+def cli_e2e(embedded: BrokerThread) -> Invoke:
     """`firepool ...` against the whole broker."""
     return invoker(embedded.url, embedded.token)

@@ -9,7 +9,8 @@ import time
 from cli_harness import Invoke, invoker
 
 from firepool.client import Client
-from firepool.testing.broker import EmbeddedThread, LiveBroker
+from firepool.testing.broker import LiveBroker
+from firepool.testing.service import BrokerThread
 
 
 def test_jobs_table_filters_and_json(cli: Invoke, broker: LiveBroker) -> None:
@@ -71,7 +72,7 @@ def test_pools_table(cli: Invoke) -> None:
     assert [p["name"] for p in json.loads(cli("pools", "--json").stdout)] == ["cpu", "gpu"]
 
 
-def test_pods_table(cli_e2e: Invoke, embedded: EmbeddedThread) -> None:
+def test_pods_table(cli_e2e: Invoke, embedded: BrokerThread) -> None:
     with Client(embedded.url, embedded.token) as client:
         names = {p.name for p in client.pods()}
     result = cli_e2e("pods")

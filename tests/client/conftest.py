@@ -9,7 +9,8 @@ import pytest
 
 from firepool.api.server import ServedApp
 from firepool.client import Client
-from firepool.testing.broker import AppSwitch, EmbeddedThread, LiveBroker, live_broker
+from firepool.testing.broker import AppSwitch, LiveBroker, live_broker
+from firepool.testing.service import BrokerThread, running_broker
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +34,7 @@ def client(broker: LiveBroker) -> Iterator[Client]:
 
 
 @pytest.fixture(scope="session")
-def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedThread]:
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
     """The whole broker with real local pods (one per session: pods take a second to start)."""
-    with EmbeddedThread(tmp_path_factory.mktemp("broker")) as broker:
+    with running_broker(tmp_path_factory.mktemp("broker")) as broker:
         yield broker

@@ -14,11 +14,11 @@ import pytest
 from firepool.client import AsyncClient, Client, SubmitOptions
 from firepool.client.calls import ROUTES, Route
 from firepool.model import JobSpec
-from firepool.testing.broker import EmbeddedThread
+from firepool.testing.service import BrokerThread
 
 
 @pytest.fixture(scope="module")
-def openapi(embedded: EmbeddedThread) -> dict[str, Any]:
+def openapi(embedded: BrokerThread) -> dict[str, Any]:
     document: dict[str, Any] = httpx.get(f"{embedded.url}/openapi.json", timeout=30).json()
     return document
 

@@ -11,7 +11,7 @@ import pytest
 
 from firepool.client import AsyncClient, Client
 from firepool.model import AcquisitionPath, ErrorCode, JobState
-from firepool.testing.broker import EmbeddedThread
+from firepool.testing.service import BrokerThread
 
 MAIN = """\
 import sys
@@ -38,7 +38,7 @@ def package(tmp_path: Path) -> Path:
     return tmp_path / "code"
 
 
-def test_run_returns_exit_code_and_acquisition(embedded: EmbeddedThread, package: Path) -> None:
+def test_run_returns_exit_code_and_acquisition(embedded: BrokerThread, package: Path) -> None:
     with Client(embedded.url, embedded.token) as client, client.session() as session:
         failed = client.run("cpu", ["python", "main.py", "3"], package=package, wait_timeout=60)
         wait_until_free(client, failed.pods[0].name)
@@ -60,7 +60,7 @@ def test_run_returns_exit_code_and_acquisition(embedded: EmbeddedThread, package
     )
 
 
-def test_pods_lists_the_callers_pod(embedded: EmbeddedThread) -> None:
+def test_pods_lists_the_callers_pod(embedded: BrokerThread) -> None:
     with Client(embedded.url, embedded.token) as client:
         pods = client.pods()
         pools = client.pools()
@@ -68,7 +68,7 @@ def test_pods_lists_the_callers_pod(embedded: EmbeddedThread) -> None:
     assert all(p.created_at > 0 and p.role in ("active", "standby") for p in pods)
 
 
-def test_async_agents_follow_their_own_logs(embedded: EmbeddedThread, package: Path) -> None:
+def test_async_agents_follow_their_own_logs(embedded: BrokerThread, package: Path) -> None:
     async def agent(client: AsyncClient, code: int) -> tuple[str, int | None]:
         async with client.session():
             job = await client.submit("cpu", ["python", "main.py", str(code)], package=package)

@@ -3,20 +3,17 @@ uvicorn on a real socket, and helpers that move jobs through the store's own API
 dispatcher would (start, log, finish), so clients can be tested end to end without pods.
 
 One uvicorn serves a whole test session through `AppSwitch`; each test installs a fresh app
-over its own temporary directory. `EmbeddedThread` is the whole broker instead (dispatcher and
-real local pods), for the few tests that must see a job really run.
+over its own temporary directory. `firepool.testing.service.running_broker` is the whole broker
+instead (dispatcher and real local pods), for the few tests that must see a job really run.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -24,8 +21,6 @@ from firepool.api import FileLogSource, create_app, issue_token
 from firepool.model import AcquisitionPath, ErrorCode, JobState, PoolSpec
 from firepool.packages import DiskPackageStore
 from firepool.store import JobRecord, PodBinding, SqlJobStore, open_store
-
-T = TypeVar("T")
 
 POOLS = (
     PoolSpec(name="cpu", max_count=4),
@@ -115,42 +110,3 @@ def live_broker(
     finally:
         switch.app = None
         store.close()
-
-
-class EmbeddedThread:
-    """A real `EmbeddedBroker` (dispatcher, scaler, local pods, API) on its own event loop
-    thread, for end-to-end tests of synchronous clients (the SDK, the CLI)."""
-
-    def __init__(self, data_dir: Path) -> None:
-        from firepool.service.embedded import EmbeddedBroker
-
-        self.embedded = EmbeddedBroker(data_dir, delete_pods_on_exit=True)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return self.embedded.url
-
-    @property
-    def token(self) -> str:
-        return self.embedded.token
-
-    def issue(self, caller: str) -> str:
-        return self.embedded.issue(caller)
-
-    def __enter__(self) -> EmbeddedThread:
-        self.thread.start()
-        self._run(self.embedded.__aenter__(), 60)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self._run(self.embedded.__aexit__(None, None, None), 60)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout=10)
-            self.loop.close()
-
-    def _run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=timeout)

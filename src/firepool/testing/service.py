@@ -49,8 +49,12 @@ class BrokerThread:
     def run(self, coro: Any, timeout: float = 120.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=timeout)
 
+    def issue(self, caller: str) -> str:
+        """A token for another caller."""
+        return self.embedded.issue(caller)
+
     def client(self, caller: str | None = None) -> httpx.Client:
-        token = self.token if caller is None else self.embedded.issue(caller)
+        token = self.token if caller is None else self.issue(caller)
         return httpx.Client(
             base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0
         )

@@ -52,7 +52,6 @@ class Pod:
         "name",
         "owner",
         "pool",
-        "prev_state",
         "queue",
         "retire_after",
         "role",
@@ -94,7 +93,6 @@ class Pod:
         self.job: str | None = None
         self.hold_until = 0.0
         self.retire_after: RetireReason | None = None
-        self.prev_state: PodState | None = None
         self.gated = False
 
     def __repr__(self) -> str:

@@ -165,7 +165,9 @@ class Tracker:
         self._pools: dict[str, _PoolIndex] = {}
         self._groups: dict[str, Group] = {}
         self._jobs: dict[str, tuple[str, ...]] = {}
-        self._job_session: dict[str, tuple[str, str, str]] = {}  # caller, queue, tag
+        # The request behind each lease: its caller, queue and tag become the pods' session at
+        # release. Kept as the caller's own immutable object, so a claim allocates nothing.
+        self._job_session: dict[str, ClaimRequest] = {}
         self._caller_gpus: dict[str, int] = {}
         self._holds: list[tuple[float, str]] = []
         self.max_gpus_per_caller = max_gpus_per_caller  # across all pools
@@ -401,12 +403,11 @@ class Tracker:
             else:
                 candidate = (pod, _P_WARM, _R_NO_OWN_POD)
         # IDLE and HELD pods, the only ones in these buckets, may always become ASSIGNED.
-        pod.prev_state = pod.state
         pod.state = _S_ASSIGNED
         job = req.job
         pod.job = job
         self._jobs[job] = (name,)
-        self._job_session[job] = (caller, req.queue, req.tag)
+        self._job_session[job] = req
         leased = index.leased_by_caller
         leased[caller] = leased.get(caller, 0) + 1
         return candidate
@@ -636,7 +637,6 @@ class Tracker:
         assigned = _S_ASSIGNED
         for pod, path, _reason in chosen:
             self._unindex_available(index, pod)
-            pod.prev_state = pod.state
             if assigned not in POD_TRANSITIONS[pod.state]:
                 raise InvalidTransitionError(f"pod {pod.name}: {pod.state} cannot be claimed")
             pod.state = assigned
@@ -653,7 +653,7 @@ class Tracker:
                     pod.gated = True
         n = len(chosen)
         self._jobs[job] = tuple([c[0].name for c in chosen]) if n > 1 else (chosen[0][0].name,)
-        self._job_session[job] = (req.caller, req.queue, req.tag)
+        self._job_session[job] = req
         leased = index.leased_by_caller
         leased[req.caller] = leased.get(req.caller, 0) + n
         if index.gpu:
@@ -672,14 +672,12 @@ class Tracker:
             for name in names:
                 pod = self._pods[name]
                 index = self._pools[pod.pool]
-                prev = pod.prev_state
                 pod.job = None
-                pod.prev_state = None
                 if pod.retire_after is _RR_SESSION_BOUNDARY:
                     pod.retire_after = None
                 promoted.extend(self._leave_gate(pod))
                 pod.gated = False
-                if prev is _S_HELD:
+                if pod.used:  # it was held for its owner (a used pod is never unheld idle)
                     self._set_state(pod, _S_HELD)
                     self._index_held(index, pod)
                 else:
@@ -702,14 +700,14 @@ class Tracker:
         whose reset could not be confirmed). Apply holds and retirements; pass GPU gates on."""
         with self._lock:
             names = self._take_job(job)
-            caller, queue, tag = self._job_session.pop(job)
+            req = self._job_session.pop(job)
+            caller, queue, tag = req.caller, req.queue, req.tag
             result = ReleaseResult()
             for name in names:
                 pod = self._pods[name]
                 index = self._pools[pod.pool]
                 spec = index.spec
                 pod.job = None
-                pod.prev_state = None
                 pod.gated = False
                 pod.used = True
                 pod.owner, pod.queue, pod.tag = caller, queue, tag
@@ -793,7 +791,9 @@ class Tracker:
                 pod.job = snap.job
                 prior = self._jobs.get(snap.job, ())
                 self._jobs[snap.job] = (*prior, pod.name)
-                self._job_session[snap.job] = (snap.owner, snap.queue or "default", snap.tag or "")
+                self._job_session[snap.job] = ClaimRequest(
+                    snap.job, snap.owner, snap.pool, snap.queue or "default", snap.tag or ""
+                )
                 index.leased_by_caller[snap.owner] = index.leased_by_caller.get(snap.owner, 0) + 1
                 gpus = index.spec.accelerators_per_pod
                 if gpus:
@@ -858,7 +858,7 @@ class Tracker:
         names = self._jobs.pop(job, None)
         if names is None:
             raise NotFoundError(f"job {job} holds no lease", field="job")
-        caller = self._job_session[job][0]
+        caller = self._job_session[job].caller
         first = self._pods[names[0]]
         index = self._pools[first.pool]
         left = index.leased_by_caller[caller] - len(names)

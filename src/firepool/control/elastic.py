@@ -284,8 +284,7 @@ class ElasticLifecycle:
             self._pending.append("failure")
         else:
             job.phase = Phase.WAITING
-            if job.phase is Phase.WAITING and job.target is not None:
-                job.restarts += 1  # a resize is a restart from a checkpoint
+            job.restarts += 1  # resized or preempted: it resumes from the checkpoint
         return self._launch_ready()
 
     # ------------------------------------------------------------------ rounds

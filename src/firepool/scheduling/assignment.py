@@ -76,11 +76,22 @@ def build_milp(prep: PreparedRound, gain: FloatArray, use: IntArray) -> Milp:
 
 
 def solve_assignment(
-    prep: PreparedRound, utility: FloatArray, mu_na: float, backend: str | None = None
+    prep: PreparedRound,
+    utility: FloatArray,
+    mu_na: float,
+    backend: str | None = None,
+    *,
+    reduce: bool = True,
 ) -> Assignment:
-    """Optimal one-option-per-job choice for the utilities (exact, via the MILP backends)."""
+    """Optimal one-option-per-job choice for the utilities (exact, via the MILP backends).
+
+    `reduce` applies the exact dominance reduction first (tests compare both paths).
+    """
     candidates = utility > mu_na
-    use = np.flatnonzero(undominated(prep, utility, candidates))
+    if reduce:
+        use = np.flatnonzero(undominated(prep, utility, candidates))
+    else:
+        use = np.flatnonzero(candidates)
     choice = np.full(prep.n_jobs, -1, dtype=np.int64)
     problem = build_milp(prep, utility[use] - mu_na, use)
     solution = solve(problem, backend)
@@ -101,5 +112,8 @@ def assignment_value(
 def usage(prep: PreparedRound, choice: IntArray) -> FloatArray:
     """GPUs used per type by a choice."""
     picked = choice[choice >= 0]
-    return np.bincount(prep.opt_type[picked], weights=prep.opt_replicas[picked].astype(float),
-                       minlength=len(prep.types)).astype(np.float64)
+    return np.bincount(
+        prep.opt_type[picked],
+        weights=prep.opt_replicas[picked].astype(float),
+        minlength=len(prep.types),
+    ).astype(np.float64)

@@ -77,8 +77,9 @@ def prior_goodput(
     app: AppModel, cfg: Configuration, gpus: Mapping[str, GpuSpec], progress: float
 ) -> float:
     spec = gpus.get(cfg.gpu_type, GpuSpec(cfg.gpu_type))
-    value, _ = app.goodput(cfg.nodes, cfg.replicas, progress=progress, speed=spec.speed,
-                           memory_gib=spec.memory_gib)
+    value, _ = app.goodput(
+        cfg.nodes, cfg.replicas, progress=progress, speed=spec.speed, memory_gib=spec.memory_gib
+    )
     return value
 
 

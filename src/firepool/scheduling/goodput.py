@@ -47,8 +47,15 @@ class PerfParams:
     gamma: float
 
     def as_list(self) -> list[float]:
-        return [self.alpha_c, self.beta_c, self.alpha_n, self.beta_n, self.alpha_r,
-                self.beta_r, self.gamma]
+        return [
+            self.alpha_c,
+            self.beta_c,
+            self.alpha_n,
+            self.beta_n,
+            self.alpha_r,
+            self.beta_r,
+            self.gamma,
+        ]
 
 
 def compute_time(params: PerfParams, local_bsz: FloatArray) -> FloatArray:
@@ -96,8 +103,9 @@ class AppModel:
         f = min(max(progress, 0.0), 1.0)
         per_batch = np.array([np.interp(f, self.gns_progress, row) for row in self.gns_phi])
         logb = np.log(np.clip(batch, self.gns_batch[0], self.gns_batch[-1]))
-        out: FloatArray = np.interp(logb, np.log(np.array(self.gns_batch, dtype=np.float64)),
-                                    per_batch)
+        out: FloatArray = np.interp(
+            logb, np.log(np.array(self.gns_batch, dtype=np.float64)), per_batch
+        )
         return out
 
     def efficiency(self, batch: FloatArray, progress: float) -> FloatArray:
@@ -140,8 +148,15 @@ class AppModel:
         accum = np.maximum(accum, 0.0)
         atomic = np.ceil(local / (accum + 1.0) - 1e-8)
         perf = self.perf
-        scaled = PerfParams(perf.alpha_c / speed, perf.beta_c / speed, perf.alpha_n,
-                            perf.beta_n, perf.alpha_r, perf.beta_r, perf.gamma)
+        scaled = PerfParams(
+            perf.alpha_c / speed,
+            perf.beta_c / speed,
+            perf.alpha_n,
+            perf.beta_n,
+            perf.alpha_r,
+            perf.beta_r,
+            perf.gamma,
+        )
         n = np.full_like(batch, float(nodes))
         r = np.full_like(batch, float(replicas))
         t = step_time(scaled, n, r, atomic, accum)
@@ -208,6 +223,7 @@ def fit_reports() -> dict[str, FitReport]:
     out: dict[str, FitReport] = {}
     for name, entry in apps.items():
         err = entry["fit_error"]
-        out[name] = FitReport(float(err["step_time_mape"]), float(err["step_time_p90_ape"]),
-                              int(err["points"]))
+        out[name] = FitReport(
+            float(err["step_time_mape"]), float(err["step_time_p90_ape"]), int(err["points"])
+        )
     return out

@@ -85,24 +85,40 @@ def resolve_backend(backend: str | None) -> str:
             raise SolverUnavailableError("no MILP backend installed (need cvxopt or scipy)")
         return present[0]
     if backend not in BACKENDS:
-        raise SolverUnavailableError(f"unknown MILP backend {backend!r}; choose from {BACKENDS}",
-                                     field="backend")
+        raise SolverUnavailableError(
+            f"unknown MILP backend {backend!r}; choose from {BACKENDS}", field="backend"
+        )
     if backend not in present:
-        raise SolverUnavailableError(f"MILP backend {backend!r} is not installed",
-                                     field="backend")
+        raise SolverUnavailableError(f"MILP backend {backend!r} is not installed", field="backend")
     return backend
 
 
-def solve(problem: Milp, backend: str | None = None) -> MilpSolution:
-    """Solve `problem` to optimality with the chosen (or best available) backend."""
+def solve(problem: Milp, backend: str | None = None, *, relax: bool = False) -> MilpSolution:
+    """Solve `problem` to optimality with the chosen (or best available) backend.
+
+    `relax` solves the LP relaxation instead: binaries become continuous in [0, 1].
+    """
     name = resolve_backend(backend)
     if problem.n_vars == 0:
         return MilpSolution(np.zeros(0), 0.0, name)
-    x = _solve_glpk(problem) if name == GLPK else _solve_highs(problem)
+    if relax:
+        problem = _relaxed(problem)
+    x = _solve_glpk(problem, relax) if name == GLPK else _solve_highs(problem, relax)
     return MilpSolution(x, float(problem.c @ x), name)
 
 
-def _solve_glpk(problem: Milp) -> FloatArray:
+def _relaxed(problem: Milp) -> Milp:
+    """Add 0 <= x <= 1 rows for the binaries, so GLPK's free variables stay bounded."""
+    idx = np.flatnonzero(problem.binary).astype(np.int64)
+    k, base = idx.size, problem.n_rows
+    rows = np.concatenate([problem.rows, base + np.arange(k), base + k + np.arange(k)])
+    cols = np.concatenate([problem.cols, idx, idx])
+    vals = np.concatenate([problem.vals, -np.ones(k), np.ones(k)])
+    b = np.concatenate([problem.b, np.zeros(k), np.ones(k)])
+    return Milp(problem.c, rows, cols, vals, b, problem.binary)
+
+
+def _solve_glpk(problem: Milp, relax: bool) -> FloatArray:
     glpk = _cvxopt_glpk()
     cvxopt = importlib.import_module("cvxopt")
     assert glpk is not None
@@ -110,7 +126,7 @@ def _solve_glpk(problem: Milp) -> FloatArray:
     if problem.n_rows == 0:  # GLPK wants at least one row; add a harmless 0 <= 1
         rows, cols, vals, b = (np.array([0]), np.array([0]), np.array([0.0]), np.array([1.0]))
     g = cvxopt.spmatrix(vals.tolist(), rows.tolist(), cols.tolist(), (b.shape[0], problem.n_vars))
-    binary = set(np.flatnonzero(problem.binary).tolist())
+    binary = set() if relax else set(np.flatnonzero(problem.binary).tolist())
     status, x = glpk.ilp(
         cvxopt.matrix(problem.c.tolist()),
         g,
@@ -121,11 +137,12 @@ def _solve_glpk(problem: Milp) -> FloatArray:
     if status != "optimal" or x is None:
         raise SolverFailedError(f"GLPK returned status {status!r}")
     out = np.array(x, dtype=np.float64).reshape(-1)
-    out[problem.binary] = np.round(out[problem.binary])
+    if not relax:
+        out[problem.binary] = np.round(out[problem.binary])
     return out
 
 
-def _solve_highs(problem: Milp) -> FloatArray:
+def _solve_highs(problem: Milp, relax: bool) -> FloatArray:
     scipy_optimize = _scipy_milp()
     assert scipy_optimize is not None
     sparse = importlib.import_module("scipy.sparse")
@@ -133,17 +150,19 @@ def _solve_highs(problem: Milp) -> FloatArray:
     upper = np.where(problem.binary, 1.0, np.inf)
     constraints = []
     if problem.n_rows:
-        a = sparse.csr_array((problem.vals, (problem.rows, problem.cols)),
-                             shape=(problem.n_rows, problem.n_vars))
+        a = sparse.csr_array(
+            (problem.vals, (problem.rows, problem.cols)), shape=(problem.n_rows, problem.n_vars)
+        )
         constraints.append(scipy_optimize.LinearConstraint(a, -np.inf, problem.b))
     res = scipy_optimize.milp(
         problem.c,
-        integrality=problem.binary.astype(np.int64),
+        integrality=np.zeros(problem.n_vars) if relax else problem.binary.astype(np.int64),
         bounds=scipy_optimize.Bounds(lower, upper),
         constraints=constraints,
     )
     if not res.success or res.x is None:
         raise SolverFailedError(f"HiGHS returned status {res.status}: {res.message}")
     out = np.asarray(res.x, dtype=np.float64)
-    out[problem.binary] = np.round(out[problem.binary])
+    if not relax:
+        out[problem.binary] = np.round(out[problem.binary])
     return out

@@ -93,8 +93,9 @@ class ChoiceSpace:
 
 class _ChoiceProblem(Problem):  # type: ignore[misc]
     def __init__(self, space: ChoiceSpace, objectives: Objectives, n_obj: int) -> None:
-        super().__init__(n_var=int(space.n_opts.size), n_obj=n_obj, xl=0, xu=space.n_opts,
-                         vtype=int)
+        super().__init__(
+            n_var=int(space.n_opts.size), n_obj=n_obj, xl=0, xu=space.n_opts, vtype=int
+        )
         self.space = space
         self.objectives = objectives
 
@@ -107,8 +108,7 @@ class _UniformCrossover(Crossover):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__(n_parents=2, n_offsprings=2)
 
-    def _do(self, problem: Any, x: Any, *args: Any, random_state: Any = None,
-            **kwargs: Any) -> Any:
+    def _do(self, problem: Any, x: Any, *args: Any, random_state: Any = None, **kwargs: Any) -> Any:
         a, b = x[0], x[1]
         mask = random_state.random(a.shape) < 0.5
         return np.stack([np.where(mask, a, b), np.where(mask, b, a)])
@@ -120,8 +120,7 @@ class _GeneMutation(Mutation):  # type: ignore[misc]
         self.space = space
         self.anchor = anchor
 
-    def _do(self, problem: Any, x: Any, *args: Any, random_state: Any = None,
-            **kwargs: Any) -> Any:
+    def _do(self, problem: Any, x: Any, *args: Any, random_state: Any = None, **kwargs: Any) -> Any:
         genes = np.asarray(x, dtype=np.int64).copy()
         n_jobs = genes.shape[1]
         rate = max(1.0 / n_jobs, 0.02)
@@ -139,8 +138,7 @@ class _CapacityRepair(Repair):  # type: ignore[misc]
         super().__init__()
         self.space = space
 
-    def _do(self, problem: Any, x: Any, *args: Any, random_state: Any = None,
-            **kwargs: Any) -> Any:
+    def _do(self, problem: Any, x: Any, *args: Any, random_state: Any = None, **kwargs: Any) -> Any:
         rng = random_state if random_state is not None else np.random.default_rng(0)
         return self.space.repair(np.asarray(x, dtype=np.int64), rng)
 

@@ -70,37 +70,58 @@ class PreparedRound:
 
 def _check_time(value: float, field: str) -> None:
     if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0.0):
-        raise InvalidRoundInputError(f"{field} must be a finite number >= 0, got {value!r}",
-                                     field=field)
-
-
-def _validate_job(i: int, job: JobRoundState) -> None:
-    where = f"jobs[{i}]"
-    if not job.job_id:
-        raise InvalidRoundInputError("job_id must not be empty", field=f"{where}.job_id")
-    if len(job.goodputs) != len(job.configurations):
         raise InvalidRoundInputError(
-            f"job {job.job_id}: {len(job.goodputs)} goodputs for "
-            f"{len(job.configurations)} configurations",
-            field=f"{where}.goodputs",
+            f"{field} must be a finite number >= 0, got {value!r}", field=field
         )
+
+
+def _bad_goodput(i: int, job: JobRoundState) -> InvalidGoodputError:
     for j, g in enumerate(job.goodputs):
         if not (isinstance(g, int | float) and math.isfinite(g) and g >= 0.0):
-            raise InvalidGoodputError(
+            return InvalidGoodputError(
                 f"job {job.job_id}: goodput of {job.configurations[j]} must be finite and >= 0,"
                 f" got {g!r}",
-                field=f"{where}.goodputs[{j}]",
+                field=f"jobs[{i}].goodputs[{j}]",
             )
-    for name in ("t_progress", "t_ckpt", "t_queue", "age_s", "remaining_work"):
-        _check_time(getattr(job, name), f"{where}.{name}")
-    if job.p_restart is not None:
-        _check_time(job.p_restart, f"{where}.p_restart")
-    if job.restarts < 0:
-        raise InvalidRoundInputError("restarts must be >= 0", field=f"{where}.restarts")
-    if len(set(job.configurations)) != len(job.configurations):
-        raise InvalidRoundInputError(
-            f"job {job.job_id}: duplicate configurations", field=f"{where}.configurations"
-        )
+    return InvalidGoodputError(f"job {job.job_id}: invalid goodput", field=f"jobs[{i}].goodputs")
+
+
+_TIMES = ("t_progress", "t_ckpt", "t_queue", "age_s", "remaining_work")
+
+
+def _validate_jobs(jobs: tuple[JobRoundState, ...]) -> None:
+    """All checks at once (numpy), then a precise error for the first offender."""
+    for i, job in enumerate(jobs):
+        if not job.job_id:
+            raise InvalidRoundInputError("job_id must not be empty", field=f"jobs[{i}].job_id")
+        if len(job.goodputs) != len(job.configurations):
+            raise InvalidRoundInputError(
+                f"job {job.job_id}: {len(job.goodputs)} goodputs for "
+                f"{len(job.configurations)} configurations",
+                field=f"jobs[{i}].goodputs",
+            )
+        if job.restarts < 0:
+            raise InvalidRoundInputError("restarts must be >= 0", field=f"jobs[{i}].restarts")
+        if job.p_restart is not None:
+            _check_time(job.p_restart, f"jobs[{i}].p_restart")
+    try:
+        times = np.array([[getattr(j, n) for n in _TIMES] for j in jobs], dtype=np.float64)
+        flat = np.fromiter((g for j in jobs for g in j.goodputs), dtype=np.float64)
+    except (TypeError, ValueError):
+        times = np.full((1, 1), np.nan)
+        flat = np.full(1, np.nan)
+    if times.size and not (np.isfinite(times).all() and (times >= 0).all()):
+        for i, job in enumerate(jobs):
+            for name in _TIMES:
+                _check_time(getattr(job, name), f"jobs[{i}].{name}")
+    if flat.size and not (np.isfinite(flat).all() and (flat >= 0).all()):
+        for i, job in enumerate(jobs):
+            err = _bad_goodput(i, job)
+            if any(
+                not (isinstance(g, int | float) and math.isfinite(g) and g >= 0.0)
+                for g in job.goodputs
+            ):
+                raise err
 
 
 def prepare(round_input: RoundInput) -> PreparedRound:
@@ -115,7 +136,10 @@ def prepare(round_input: RoundInput) -> PreparedRound:
             )
     type_index = {t: k for k, t in enumerate(types)}
     capacity = np.array([round_input.capacity[t] for t in types], dtype=np.float64)
+    cap_list = [round_input.capacity[t] for t in types]
 
+    jobs = tuple(round_input.jobs)
+    _validate_jobs(jobs)
     seen: set[str] = set()
     opt_job: list[int] = []
     opt_type: list[int] = []
@@ -124,21 +148,21 @@ def prepare(round_input: RoundInput) -> PreparedRound:
     opt_current: list[bool] = []
     opt_config: list[Configuration] = []
     infeasible: dict[str, str] = {}
-    for i, job in enumerate(round_input.jobs):
-        _validate_job(i, job)
+    for i, job in enumerate(jobs):
         if job.job_id in seen:
             raise InvalidRoundInputError(f"duplicate job {job.job_id}", field=f"jobs[{i}].job_id")
         seen.add(job.job_id)
         kept = 0
+        current = job.current
         for cfg, g in zip(job.configurations, job.goodputs, strict=True):
             ti = type_index.get(cfg.gpu_type)
-            if ti is None or cfg.replicas > capacity[ti]:
+            if ti is None or cfg.replicas > cap_list[ti]:
                 continue
             opt_job.append(i)
             opt_type.append(ti)
             opt_replicas.append(cfg.replicas)
-            opt_goodput.append(float(g))
-            opt_current.append(cfg == job.current)
+            opt_goodput.append(g)
+            opt_current.append(current is not None and cfg == current)
             opt_config.append(cfg)
             kept += 1
         if kept == 0:
@@ -148,7 +172,7 @@ def prepare(round_input: RoundInput) -> PreparedRound:
                 names = ", ".join(str(c) for c in job.configurations)
                 infeasible[job.job_id] = f"every configuration exceeds the cluster: {names}"
     return PreparedRound(
-        jobs=tuple(round_input.jobs),
+        jobs=jobs,
         types=types,
         capacity=capacity,
         opt_job=np.array(opt_job, dtype=np.int64),

@@ -29,5 +29,6 @@ def make_policy(name: str) -> RoundPolicy:
     try:
         return _FACTORIES[name]()
     except KeyError:
-        raise UnknownPolicyError(f"unknown round policy {name!r}; choose from {POLICY_NAMES}",
-                                 field="policy") from None
+        raise UnknownPolicyError(
+            f"unknown round policy {name!r}; choose from {POLICY_NAMES}", field="policy"
+        ) from None

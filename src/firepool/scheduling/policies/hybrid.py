@@ -42,8 +42,13 @@ class OakNsga2Policy:
             return out
 
         result = run_nsga2(
-            prep, objectives, n_obj=1, pop_size=self.pop_size, n_gen=self.n_gen,
-            seeds=(prep.current_option(), greedy_choice(prep, gain)), seed=self.seed,
+            prep,
+            objectives,
+            n_obj=1,
+            pop_size=self.pop_size,
+            n_gen=self.n_gen,
+            seeds=(prep.current_option(), greedy_choice(prep, gain)),
+            seed=self.seed,
         )
         value = -float(result.objectives[0]) + self.params.mu_na * prep.n_jobs
         return prep.result(self.name, result.choice, value, f"nsga2-{self.pop_size}x{self.n_gen}")

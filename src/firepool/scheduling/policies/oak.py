@@ -30,8 +30,9 @@ def job_factors(prep: PreparedRound, params: OakParams) -> tuple[FloatArray, Flo
         ],
         dtype=np.float64,
     )
-    k = np.array([age_key(j.t_queue, params.alpha, params.k_max) for j in prep.jobs],
-                 dtype=np.float64)
+    k = np.array(
+        [age_key(j.t_queue, params.alpha, params.k_max) for j in prep.jobs], dtype=np.float64
+    )
     return r, k
 
 

@@ -37,8 +37,10 @@ class PolluxPolicy:
     def decide(self, round_input: RoundInput) -> RoundResult:
         prep = prepare(round_input)
         factor = np.array(
-            [aggregate_restart_factor(j.age_s, j.restarts, p_restart_for(j.app, j.p_restart))
-             for j in prep.jobs],
+            [
+                aggregate_restart_factor(j.age_s, j.restarts, p_restart_for(j.app, j.p_restart))
+                for j in prep.jobs
+            ],
             dtype=np.float64,
         )
         current = prep.current_option()
@@ -58,8 +60,17 @@ class PolluxPolicy:
             return np.column_stack([-mean, -efficiency])
 
         result = run_nsga2(
-            prep, objectives, n_obj=2, pop_size=self.pop_size, n_gen=self.n_gen,
-            seeds=(current, greedy_choice(prep, speed)), seed=self.seed,
+            prep,
+            objectives,
+            n_obj=2,
+            pop_size=self.pop_size,
+            n_gen=self.n_gen,
+            seeds=(current, greedy_choice(prep, speed)),
+            seed=self.seed,
         )
-        return prep.result(self.name, result.choice, -float(result.objectives[0]),
-                           f"nsga2-{self.pop_size}x{self.n_gen}")
+        return prep.result(
+            self.name,
+            result.choice,
+            -float(result.objectives[0]),
+            f"nsga2-{self.pop_size}x{self.n_gen}",
+        )

@@ -263,7 +263,7 @@ class Agent:
                 code = os.waitstatus_to_exitcode(ev.status)
             oom, source = self._oom_verdict(attempt, sig, code, ev.maxrss_kib)
             now = time.time()
-            runtime = max(0.0, ev.t - attempt.started_mono) if attempt.started_mono else 0.0
+            runtime = max(0.0, ev.t - ev.t0)
             attempt.exit = ExitEvent(
                 pod=self.config.pod,
                 attempt=ev.attempt,

@@ -29,6 +29,7 @@ class ZygoteExit:
     status: int
     maxrss_kib: int
     t: float
+    t0: float  # when the zygote started it (same monotonic clock)
 
 
 @dataclass
@@ -121,6 +122,7 @@ class ZygoteClient:
                     status=int(event["status"]),
                     maxrss_kib=int(event.get("maxrss_kib", 0)),
                     t=float(event["t"]),
+                    t0=float(event.get("t0", event["t"])),
                 )
             )
 

@@ -11,7 +11,7 @@ Requests:  {"op": "spawn", "id", "mode": "fork"|"exec", "argv", "env", "cwd", "s
             "stderr", "sys_path": [...], "cgroup_procs": [...], "rlimit_as": int|null}
 Events:    {"ev": "ready", "pid", "modules", "failed"}
            {"ev": "spawned", "id", "pid", "t"} | {"ev": "spawn_error", "id", "message"}
-           {"ev": "exit", "id", "pid", "status", "maxrss_kib", "t"}
+           {"ev": "exit", "id", "pid", "status", "maxrss_kib", "t", "t0"}
 """
 
 from __future__ import annotations
@@ -237,6 +237,7 @@ class Zygote:
                         "status": status,
                         "maxrss_kib": int(usage.ru_maxrss),
                         "t": time.monotonic(),
+                        "t0": job[1],
                     }
                 )
 

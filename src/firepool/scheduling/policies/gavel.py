@@ -55,6 +55,8 @@ class GavelPolicy:
 
     def decide(self, round_input: RoundInput) -> RoundResult:
         prep = prepare(round_input)
+        if prep.n_options == 0:  # nothing can run: every job idle (infeasible ones reported)
+            return prep.result(self.name, np.full(prep.n_jobs, -1, dtype=np.int64), 0.0, "none")
         n, m = prep.n_options, prep.n_jobs
         age = np.array([j.age_s for j in prep.jobs], dtype=np.float64)
         work = np.array([j.remaining_work for j in prep.jobs], dtype=np.float64)

@@ -33,6 +33,9 @@ class OakNsga2Policy:
 
     def decide(self, round_input: RoundInput) -> RoundResult:
         prep = prepare(round_input)
+        if prep.n_options == 0:  # nothing can run: every job idle (infeasible ones reported)
+            idle = self.params.mu_na * prep.n_jobs
+            return prep.result(self.name, np.full(prep.n_jobs, -1, dtype=np.int64), idle, "none")
         utility = oak_utilities(prep, self.params)
         gain = utility - self.params.mu_na
 

@@ -36,6 +36,8 @@ class PolluxPolicy:
 
     def decide(self, round_input: RoundInput) -> RoundResult:
         prep = prepare(round_input)
+        if prep.n_options == 0:  # nothing can run: every job idle (infeasible ones reported)
+            return prep.result(self.name, np.full(prep.n_jobs, -1, dtype=np.int64), 0.0, "none")
         factor = np.array(
             [
                 aggregate_restart_factor(j.age_s, j.restarts, p_restart_for(j.app, j.p_restart))

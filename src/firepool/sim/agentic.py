@@ -38,8 +38,9 @@ class Tagger:
         if self.arm == "on":
             return JobRequest(caller, self.pool, duration, tag=f"{caller}/s", queue=queue)
         tag = f"{caller}/{next(self._counter)}"
-        return JobRequest(caller, self.pool, duration, tag=tag, queue=queue,
-                          single_use=self.arm == "fresh")
+        return JobRequest(
+            caller, self.pool, duration, tag=tag, queue=queue, single_use=self.arm == "fresh"
+        )
 
 
 def w_rl(
@@ -84,8 +85,9 @@ def w_agent(
             yield Run([tagger.job(caller, rng.uniform(*body))])
 
 
-def standby_loop(tagger: Tagger, rng: random.Random, caller: str = "agent", jobs: int = 30
-                 ) -> Program:
+def standby_loop(
+    tagger: Tagger, rng: random.Random, caller: str = "agent", jobs: int = 30
+) -> Program:
     """One caller's sequential W-Agent jobs, each with a fresh tag (the `off` arm's tagger)."""
     for k in range(jobs):
         if k:
@@ -98,8 +100,9 @@ def standby_loop(tagger: Tagger, rng: random.Random, caller: str = "agent", jobs
 PATTERNS = ("steady", "bursty", "diurnal")
 
 
-def session_starts(pattern: str, rng: random.Random, horizon: float, rate_per_h: float
-                   ) -> list[float]:
+def session_starts(
+    pattern: str, rng: random.Random, horizon: float, rate_per_h: float
+) -> list[float]:
     """Session arrival times over `horizon` seconds with mean `rate_per_h` sessions an hour.
 
     steady: Poisson; bursty: Poisson bursts (a burst every 20 min on average brings 2-6

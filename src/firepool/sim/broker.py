@@ -4,9 +4,10 @@ Every decision comes from `control/`: the dispatcher's queue order and claims
 (`dispatch_pass` over the `Tracker`), the scaler's plan (`plan`), budget admission (`admit`
 through the `BudgetLedger`), holds, retirements, standby promotions through the per-GPU gate,
 and the attempt verdict (`judge`). This module only does what a driver does: commit to the
-store, call the (virtual) backend, wait the venue's delays, and feed events back. Dispatch is
-event-driven (submission, release, pod ready, pod deleted wake it) and the scaler reconciles on
-demand and every `reconcile_s`, like the service.
+store, call the (virtual) backend, wait the venue's delays, and feed events back. As in the
+service (`service/broker.py`), submissions, releases and pod readiness wake the dispatcher, a
+fallback tick (3 s) runs it while jobs wait, and the scaler runs every `reconcile_s` and at once
+after a release or when a dispatch pass leaves a job waiting for capacity.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from firepool.control.admission import admit
 from firepool.control.budgets import BudgetLedger
 from firepool.control.dispatch import AttemptEnd, QueuedJob, dispatch_pass, judge
-from firepool.control.records import ClaimRequest, Lease, Promotion, Retired
+from firepool.control.records import ClaimRequest, Lease, Promotion, Retired, WaitReason
 from firepool.control.scaler import QueuedDemand, plan
 from firepool.control.tracker import Tracker
 from firepool.model import AcquisitionPath, JobSpec, PodState, PoolSpec
@@ -85,6 +86,7 @@ class SimBroker:
         rng: random.Random,
         *,
         reconcile_s: float = 30.0,
+        dispatch_tick_s: float = 3.0,
     ) -> None:
         self.loop = loop
         self.venue = venue
@@ -95,6 +97,8 @@ class SimBroker:
         self.store = MemStore()
         self.backend = VirtualBackend(loop, venue, rng, self._pod_ready, self._pod_deleted)
         self.reconcile_s = reconcile_s
+        self.dispatch_tick_s = dispatch_tick_s
+        self._tick_pending = False
         self.queued: dict[str, QueuedJob] = {}
         self.stats: dict[str, JobStats] = {}
         self.records: dict[str, JobRecord] = {}
@@ -125,8 +129,15 @@ class SimBroker:
         key = (req.pool, req.queue, req.tag, req.single_use, req.pods)
         spec = self._specs_cache.get(key)
         if spec is None:
-            spec = JobSpec(pool=req.pool, command=["sim"], queue=req.queue, lease_tag=req.tag,
-                           single_use=req.single_use, pods=req.pods, timeout_s=None)
+            spec = JobSpec(
+                pool=req.pool,
+                command=["sim"],
+                queue=req.queue,
+                lease_tag=req.tag,
+                single_use=req.single_use,
+                pods=req.pods,
+                timeout_s=None,
+            )
             if len(self._specs_cache) < 4096:
                 self._specs_cache[key] = spec
         return spec
@@ -145,8 +156,9 @@ class SimBroker:
     def _accepted(self, arg: tuple[str, JobRequest]) -> None:
         job, req = arg
         now = self.loop.now
-        request = ClaimRequest(job, req.caller, req.pool, req.queue, req.tag, req.pods,
-                               req.single_use, queued_at=now)
+        request = ClaimRequest(
+            job, req.caller, req.pool, req.queue, req.tag, req.pods, req.single_use, queued_at=now
+        )
         self.queued[job] = QueuedJob(request, 0, now)
         self._wake_dispatch()
 
@@ -164,9 +176,20 @@ class SimBroker:
         result = dispatch_pass(self.tracker, list(self.queued.values()), now)
         for lease in result.leases:
             self._commit(lease, now)
-        pools = {self.queued[w.job].request.pool for w in result.waiting}
+        pools = {self.queued[w.job].request.pool for w in result.waiting
+                 if w.reason is WaitReason.NO_CAPACITY}
         for pool in pools:
             self._wake_reconcile(pool)
+        if self.queued and not self._tick_pending:
+            # The service's fallback tick: a pass every dispatch_tick_s while jobs wait, which
+            # is what notices budget freed by a deletion (nothing else wakes the dispatcher).
+            self._tick_pending = True
+            self.loop.after(self.dispatch_tick_s, self._tick)
+
+    def _tick(self, _: object = None) -> None:
+        self._tick_pending = False
+        if self.queued and not self._dispatch_pending:
+            self._dispatch()
 
     def _commit(self, lease: Lease, now: float) -> None:
         job = lease.job
@@ -202,8 +225,9 @@ class SimBroker:
         st = self.stats[job]
         st.finished = self.loop.now
         verdict = judge(AttemptEnd(exit_code=0), self.records[job].retries, 0)
-        self.records[job] = self.store.finish(self.records[job], verdict.state, now=st.finished,
-                                              exit_code=verdict.exit_code)
+        self.records[job] = self.store.finish(
+            self.records[job], verdict.state, now=st.finished, exit_code=verdict.exit_code
+        )
         self._in_flight_units -= len(st.paths) * self._unit_of[st.pool]
         self.loop.after(self.venue.reset.sample(self.rng), self._reset_done, job)
         if st.on_done is not None:
@@ -258,12 +282,25 @@ class SimBroker:
             if q.request.pool == pool
         ]
         tracker = self.tracker
-        p = plan(spec, tracker.pool_pods(pool), tracker.pool_groups(pool), demand, now,
-                 headroom_units=self.ledger.headroom(spec.budget_resource))
+        p = plan(
+            spec,
+            tracker.pool_pods(pool),
+            tracker.pool_groups(pool),
+            demand,
+            now,
+            headroom_units=self.ledger.headroom(spec.budget_resource),
+        )
         units = max(1, spec.units_per_pod)
         for order in admit(p, spec, self.ledger, lambda: next(self._names)):
-            tracker.add_pod(order.pod, pool, now, role=order.role, group=order.group,
-                            single_use=order.single_use, image=order.image)
+            tracker.add_pod(
+                order.pod,
+                pool,
+                now,
+                role=order.role,
+                group=order.group,
+                single_use=order.single_use,
+                image=order.image,
+            )
             if order.holder is not None:
                 self.backend.reserve(units)
             self.backend.create(order.pod)
@@ -292,9 +329,8 @@ class SimBroker:
             if pool is not None:
                 self.backend.free(max(1, self.specs[pool].units_per_pod))
         self._promoted(promoted)
-        if pool is not None:
-            self._wake_reconcile(pool)
-        self._wake_dispatch()
+        # As in the service, a deletion wakes nobody: the dispatcher's fallback tick finds
+        # the waiting jobs, and its NO_CAPACITY wait wakes the scaler.
 
     # ---------------------------------------------------------------- results
     def finished(self) -> list[JobStats]:

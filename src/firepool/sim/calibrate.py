@@ -59,9 +59,14 @@ def calibrate_local(pods: int = 4) -> Venue:
     create = _dist(singles)
     contention = max(0.0, (worst - create.median) / max(1, pods - 1))
     return replace(
-        LOCAL_CLUSTER, name="local-measured", create=create, contention_s=contention,
+        LOCAL_CLUSTER,
+        name="local-measured",
+        create=create,
+        contention_s=contention,
         delete=_dist(deletes),
         source=f"firepool sim calibrate: {pods} local pods one at a time and {pods} at once",
-        notes={"unmeasured": "accept, dispatch, handoff, first_instruction, reset, promote "
-               "are the local-cluster preset's"},
+        notes={
+            "unmeasured": "accept, dispatch, handoff, first_instruction, reset, promote "
+            "are the local-cluster preset's"
+        },
     )

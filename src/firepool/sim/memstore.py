@@ -27,14 +27,26 @@ from firepool.store.records import (
 _KEEP: Any = object()
 
 
-def _job(row: JobRecord, *, state: Any = _KEEP, version: Any = _KEEP, retries: Any = _KEEP,
-         exit_code: Any = _KEEP, error_class: Any = _KEEP, message: Any = _KEEP,
-         cancel_requested: Any = _KEEP, timings: Any = _KEEP, pods: Any = _KEEP) -> JobRecord:
+def _job(
+    row: JobRecord,
+    *,
+    state: Any = _KEEP,
+    version: Any = _KEEP,
+    retries: Any = _KEEP,
+    exit_code: Any = _KEEP,
+    error_class: Any = _KEEP,
+    message: Any = _KEEP,
+    cancel_requested: Any = _KEEP,
+    timings: Any = _KEEP,
+    pods: Any = _KEEP,
+) -> JobRecord:
     """`dataclasses.replace` for JobRecord without its per-call field introspection (several
     times faster; the store is on the simulator's per-job path)."""
     k = _KEEP
     return JobRecord(
-        row.id, row.caller, row.spec,
+        row.id,
+        row.caller,
+        row.spec,
         row.state if state is k else state,
         row.version if version is k else version,
         row.retries if retries is k else retries,
@@ -65,12 +77,12 @@ class MemStore:
             if known is not None:
                 job = self._jobs[known]
                 if job.spec != spec:
-                    raise ConflictError("request_id reused with a different spec",
-                                        field="request_id")
+                    raise ConflictError(
+                        "request_id reused with a different spec", field="request_id"
+                    )
                 return Submitted(job, False)
         job_id = f"j{next(self._ids)}"
-        job = JobRecord(job_id, caller, spec, JobState.QUEUED, 1,
-                        timings=timings(submitted=now))
+        job = JobRecord(job_id, caller, spec, JobState.QUEUED, 1, timings=timings(submitted=now))
         self._jobs[job_id] = job
         self._attempts[job_id] = []
         if spec.request_id is not None:
@@ -117,22 +129,41 @@ class MemStore:
         if row.state is not JobState.QUEUED:
             raise LostRaceError(f"job {job.id} is {row.state}, not queued", field="job")
         new = _job(
-            row, state=JobState.RUNNING, version=row.version + 1, pods=tuple(bindings),
+            row,
+            state=JobState.RUNNING,
+            version=row.version + 1,
+            pods=tuple(bindings),
             timings=timings(row.timings, assigned=now),
         )
         self._jobs[job.id] = new
         self._attempts[job.id].append(
-            AttemptRecord(new.attempt, job.id, new.retries, JobState.RUNNING, now, None, None,
-                          None, tuple(bindings))
+            AttemptRecord(
+                new.attempt,
+                job.id,
+                new.retries,
+                JobState.RUNNING,
+                now,
+                None,
+                None,
+                None,
+                tuple(bindings),
+            )
         )
         return new
 
-    def _close_attempt(self, job: JobRecord, state: JobState, now: float,
-                       exit_code: int | None, error: ErrorCode | None) -> None:
+    def _close_attempt(
+        self,
+        job: JobRecord,
+        state: JobState,
+        now: float,
+        exit_code: int | None,
+        error: ErrorCode | None,
+    ) -> None:
         attempts = self._attempts[job.id]
         if attempts and attempts[-1].finished_at is None:
-            attempts[-1] = dataclasses.replace(attempts[-1], state=state, finished_at=now,
-                                               exit_code=exit_code, error_class=error)
+            attempts[-1] = dataclasses.replace(
+                attempts[-1], state=state, finished_at=now, exit_code=exit_code, error_class=error
+            )
 
     def finish(
         self,
@@ -148,8 +179,13 @@ class MemStore:
         if not state.terminal:
             raise ConflictError(f"{state} is not terminal", field="state")
         new = _job(
-            row, state=state, version=row.version + 1, exit_code=exit_code,
-            error_class=error_class, message=message, timings=timings(row.timings, finished=now),
+            row,
+            state=state,
+            version=row.version + 1,
+            exit_code=exit_code,
+            error_class=error_class,
+            message=message,
+            timings=timings(row.timings, finished=now),
         )
         self._jobs[job.id] = new
         self._close_attempt(new, state, now, exit_code, error_class)
@@ -162,8 +198,13 @@ class MemStore:
         if row.state is not JobState.RUNNING:
             raise LostRaceError(f"job {job.id} is {row.state}, not running", field="job")
         self._close_attempt(row, JobState.FAILED, now, None, error_class)
-        new = _job(row, state=JobState.QUEUED, version=row.version + 1,
-                                  retries=row.retries + 1, error_class=error_class)
+        new = _job(
+            row,
+            state=JobState.QUEUED,
+            version=row.version + 1,
+            retries=row.retries + 1,
+            error_class=error_class,
+        )
         self._jobs[job.id] = new
         return new
 
@@ -176,9 +217,13 @@ class MemStore:
         if row.state is JobState.RUNNING:
             new = _job(row, cancel_requested=True, version=row.version + 1)
         else:
-            new = _job(row, state=JobState.CANCELLED, version=row.version + 1,
-                                      error_class=ErrorCode.CANCELLED,
-                                      timings=timings(row.timings, finished=now))
+            new = _job(
+                row,
+                state=JobState.CANCELLED,
+                version=row.version + 1,
+                error_class=ErrorCode.CANCELLED,
+                timings=timings(row.timings, finished=now),
+            )
         self._jobs[job_id] = new
         return new
 

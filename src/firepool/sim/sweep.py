@@ -21,8 +21,9 @@ def _call(cell: Cell) -> Any:
     return fn(**kwargs)
 
 
-def run_cells(cells: Sequence[Cell], *, workers: int | None = None, label: str = "sim",
-              progress: bool = True) -> list[Any]:
+def run_cells(
+    cells: Sequence[Cell], *, workers: int | None = None, label: str = "sim", progress: bool = True
+) -> list[Any]:
     n = workers if workers is not None else (os.cpu_count() or 1)
     n = max(1, min(n, len(cells)))
     out: list[Any] = []

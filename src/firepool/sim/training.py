@@ -92,8 +92,9 @@ class TrainResult:
 @cache
 def _configs(app: str, max_replicas: int) -> tuple[Configuration, ...]:
     choices = tuple(r for r in REPLICAS if r <= max_replicas)
-    keep, _ = candidate_configurations(app_model(app), CLUSTER_GPUS, replica_choices=choices,
-                                       max_replicas=max_replicas)
+    keep, _ = candidate_configurations(
+        app_model(app), CLUSTER_GPUS, replica_choices=choices, max_replicas=max_replicas
+    )
     return keep
 
 
@@ -106,8 +107,13 @@ def _goodputs(app: str, configs: tuple[Configuration, ...], bucket: int) -> tupl
 def _rate(app: str, cfg: Configuration, bucket: int) -> float:
     """Samples per second (at M0 efficiency) of `app` on `cfg` at this progress bucket."""
     spec = CLUSTER_GPUS[cfg.gpu_type]
-    value, _ = app_model(app).goodput(cfg.nodes, cfg.replicas, progress=bucket / _BUCKETS,
-                                      speed=spec.speed, memory_gib=spec.memory_gib)
+    value, _ = app_model(app).goodput(
+        cfg.nodes,
+        cfg.replicas,
+        progress=bucket / _BUCKETS,
+        speed=spec.speed,
+        memory_gib=spec.memory_gib,
+    )
     return value
 
 
@@ -155,14 +161,22 @@ def simulate(
             j = state[i]
             bucket = min(_BUCKETS - 1, int(j.fraction * _BUCKETS))
             age = now - j.spec.arrival
-            rows.append(JobRoundState(
-                job_id=str(i), configurations=j.configs,
-                goodputs=_goodputs(j.spec.app, j.configs, bucket), app=j.spec.app,
-                t_progress=0.0 if mask_restart else j.t_progress, t_ckpt=j.t_ckpt,
-                t_queue=j.t_queue, current=j.current, age_s=age, restarts=j.restarts,
-                remaining_work=max(1.0, j.spec.work - j.done)
-                / max(_rate(j.spec.app, j.configs[0], bucket), 1e-9),
-            ))
+            rows.append(
+                JobRoundState(
+                    job_id=str(i),
+                    configurations=j.configs,
+                    goodputs=_goodputs(j.spec.app, j.configs, bucket),
+                    app=j.spec.app,
+                    t_progress=0.0 if mask_restart else j.t_progress,
+                    t_ckpt=j.t_ckpt,
+                    t_queue=j.t_queue,
+                    current=j.current,
+                    age_s=age,
+                    restarts=j.restarts,
+                    remaining_work=max(1.0, j.spec.work - j.done)
+                    / max(_rate(j.spec.app, j.configs[0], bucket), 1e-9),
+                )
+            )
         t0 = time.perf_counter()
         decision = policy.decide(RoundInput(dict(CLUSTER_CAPACITY), tuple(rows), round_s))
         result.decide_s += time.perf_counter() - t0
@@ -214,5 +228,3 @@ def _advance(j: _Job, now: float, round_s: float) -> None:
         return
     j.done += rate * train
     j.t_progress += train
-
-

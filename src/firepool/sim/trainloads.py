@@ -59,6 +59,13 @@ def relative_load_workload(path: str | Path) -> list[TrainSpec]:
     with Path(path).open(newline="") as fh:
         for row in csv.DictReader(fh):
             app = row["application"].strip().lower()
-            jobs.append(TrainSpec(row["name"], app, float(row["time"]), work_samples(app),
-                                  max(1, min(12, int(row.get("num_replicas") or 12)))))
+            jobs.append(
+                TrainSpec(
+                    row["name"],
+                    app,
+                    float(row["time"]),
+                    work_samples(app),
+                    max(1, min(12, int(row.get("num_replicas") or 12))),
+                )
+            )
     return jobs

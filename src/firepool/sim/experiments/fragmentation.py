@@ -31,14 +31,30 @@ def zipf_pick(rng: random.Random, n: int) -> int:
     return rng.choices(range(n), weights)[0]
 
 
-def fragmentation_cell(panel: str, mode: str, envs: int, seed: int, horizon: float = 3600.0,
-                       rate_per_h: float = 30.0, venue: str = "production-cpu",
-                       keep_alive: float = 900.0) -> dict[str, Any]:
+def fragmentation_cell(
+    panel: str,
+    mode: str,
+    envs: int,
+    seed: int,
+    horizon: float = 3600.0,
+    rate_per_h: float = 30.0,
+    venue: str = "production-cpu",
+    keep_alive: float = 900.0,
+) -> dict[str, Any]:
     n_pools = 1 if mode == "shared" else envs
     ceiling = BUDGET if mode != "split" else max(1, BUDGET // envs)
-    pools = [PoolSpec(name=f"env-{k}", cpus_per_pod=1.0, min_count=0, max_idle_count=ceiling,
-                      max_count=ceiling, idle_timeout=keep_alive, step=8)
-             for k in range(n_pools)]
+    pools = [
+        PoolSpec(
+            name=f"env-{k}",
+            cpus_per_pod=1.0,
+            min_count=0,
+            max_idle_count=ceiling,
+            max_count=ceiling,
+            idle_timeout=keep_alive,
+            step=8,
+        )
+        for k in range(n_pools)
+    ]
     taggers = [Tagger("on", p.name) for p in pools]
 
     def programs(rng: random.Random) -> list[tuple[float, Program]]:
@@ -57,39 +73,68 @@ def fragmentation_cell(panel: str, mode: str, envs: int, seed: int, horizon: flo
     return summarize(broker, runner, t0)
 
 
-def run_fragmentation(out: str | Path, seeds: int = 10, workers: int | None = None,
-                      progress: bool = True, envs: tuple[int, ...] = ENVS,
-                      horizon: float = 3600.0) -> dict[str, Any]:
+def run_fragmentation(
+    out: str | Path,
+    seeds: int = 10,
+    workers: int | None = None,
+    progress: bool = True,
+    envs: tuple[int, ...] = ENVS,
+    horizon: float = 3600.0,
+) -> dict[str, Any]:
     keys = [(panel, mode, e) for panel in ("rl", "agent") for mode in MODES for e in envs]
     cells: list[Cell] = [
         (fragmentation_cell, {"panel": p, "mode": m, "envs": e, "seed": s, "horizon": horizon})
-        for p, m, e in keys for s in range(seeds)
+        for p, m, e in keys
+        for s in range(seeds)
     ]
     res = iter(run_cells(cells, workers=workers, label="fragmentation", progress=progress))
     data: dict[str, Any] = {"seeds": seeds, "points": []}
     rows = []
     for panel, mode, e in keys:
         rs = [next(res) for _ in range(seeds)]
-        point = {"panel": panel, "mode": mode, "envs": e,
-                 "hit_rate": pct([r["hit_rate"] for r in rs], 50),
-                 "held_ratio": pct([r["held_ratio"] for r in rs], 50),
-                 "start_p90": pct([x for r in rs for x in r["start"]], 90)}
+        point = {
+            "panel": panel,
+            "mode": mode,
+            "envs": e,
+            "hit_rate": pct([r["hit_rate"] for r in rs], 50),
+            "held_ratio": pct([r["held_ratio"] for r in rs], 50),
+            "start_p90": pct([x for r in rs for x in r["start"]], 90),
+        }
         data["points"].append(point)
-        rows.append([panel, mode, e, f"{point['hit_rate']:.2f}", f"{point['held_ratio']:.2f}",
-                     f"{point['start_p90']:.1f}"])
-    md = md_table(["panel", "mode", "E", "warm hit rate", "held / always-on", "p90 start (s)"],
-                  rows)
+        rows.append(
+            [
+                panel,
+                mode,
+                e,
+                f"{point['hit_rate']:.2f}",
+                f"{point['held_ratio']:.2f}",
+                f"{point['start_p90']:.1f}",
+            ]
+        )
+    md = md_table(
+        ["panel", "mode", "E", "warm hit rate", "held / always-on", "p90 start (s)"], rows
+    )
 
     def plot(fig: Any) -> None:
-        for k, (metric, label) in enumerate((("hit_rate", "warm-or-standby hit rate"),
-                                             ("held_ratio", "held pod-time / always-on"),
-                                             ("start_p90", "p90 start latency (s)"))):
+        for k, (metric, label) in enumerate(
+            (
+                ("hit_rate", "warm-or-standby hit rate"),
+                ("held_ratio", "held pod-time / always-on"),
+                ("start_p90", "p90 start latency (s)"),
+            )
+        ):
             ax = fig.add_subplot(1, 3, k + 1)
             for panel, style in (("rl", "-"), ("agent", "--")):
                 for mode in MODES:
                     pts = [p for p in data["points"] if p["panel"] == panel and p["mode"] == mode]
-                    ax.plot([p["envs"] for p in pts], [p[metric] for p in pts], style,
-                            marker="o", ms=3, label=f"{mode} ({panel})")
+                    ax.plot(
+                        [p["envs"] for p in pts],
+                        [p[metric] for p in pts],
+                        style,
+                        marker="o",
+                        ms=3,
+                        label=f"{mode} ({panel})",
+                    )
             ax.set_xscale("log", base=2)
             ax.set_xlabel("distinct environments E")
             ax.set_ylabel(label)

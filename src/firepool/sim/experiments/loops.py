@@ -20,9 +20,13 @@ COLUMNS: tuple[tuple[str, str, str, str, float], ...] = (
 )
 
 
-def run_loops(out: str | Path, repeats: int = 10, workers: int | None = None,
-              progress: bool = True, columns: tuple[tuple[str, str, str, str, float], ...]
-              = COLUMNS) -> dict[str, Any]:
+def run_loops(
+    out: str | Path,
+    repeats: int = 10,
+    workers: int | None = None,
+    progress: bool = True,
+    columns: tuple[tuple[str, str, str, str, float], ...] = COLUMNS,
+) -> dict[str, Any]:
     cells: list[Cell] = []
     for _, venue, wl, arm, _ in columns:
         for seed in range(repeats):
@@ -38,34 +42,53 @@ def run_loops(out: str | Path, repeats: int = 10, workers: int | None = None,
             off.append(next(results))
         s_on = [x for r in on for x in r["start"]]
         s_off = [x for r in off for x in r["start"]]
-        p50_diff = bootstrap_ci([pct(b["start"], 50) - pct(a["start"], 50)
-                                 for a, b in zip(on, off, strict=True)])
+        p50_diff = bootstrap_ci(
+            [pct(b["start"], 50) - pct(a["start"], 50) for a, b in zip(on, off, strict=True)]
+        )
         mk_on = pct([r["makespan"] for r in on], 50)
         mk_off = pct([r["makespan"] for r in off], 50)
-        mk_diff = bootstrap_ci([b["makespan"] - a["makespan"]
-                                for a, b in zip(on, off, strict=True)])
+        mk_diff = bootstrap_ci(
+            [b["makespan"] - a["makespan"] for a, b in zip(on, off, strict=True)]
+        )
         speedup = mk_off / mk_on
         col = {
-            "label": label, "venue": venue, "workload": wl, "arm": arm,
+            "label": label,
+            "venue": venue,
+            "workload": wl,
+            "arm": arm,
             "jobs": sum(r["jobs"] for r in on + off),
             "start_p50": [pct(s_on, 50), pct(s_off, 50)],
             "start_p90": [pct(s_on, 90), pct(s_off, 90)],
-            "paired_p50_diff": p50_diff, "makespan": [mk_on, mk_off],
-            "paired_makespan_diff": mk_diff, "speedup": speedup, "paper_speedup": paper,
+            "paired_p50_diff": p50_diff,
+            "makespan": [mk_on, mk_off],
+            "paired_makespan_diff": mk_diff,
+            "speedup": speedup,
+            "paper_speedup": paper,
             "in_band": 0.69 * paper <= speedup <= 1.44 * paper,
             "paths": [_merge(r["paths"] for r in on), _merge(r["paths"] for r in off)],
         }
         data["columns"].append(col)
-        rows.append([
-            f"{label} ({col['jobs']})",
-            f"{col['start_p50'][0]:.2f} / {col['start_p50'][1]:.1f}",
-            f"{col['start_p90'][0]:.2f} / {col['start_p90'][1]:.1f}",
-            fmt_ci(p50_diff),
-            f"{mk_on:.1f} / {mk_off:.1f}",
-            f"{speedup:.1f}x (paper {paper}x)",
-        ])
-    md = md_table(["column (N)", "start p50 On/Other (s)", "start p90 On/Other (s)",
-                   "paired p50 diff (s)", "makespan On/Other (s)", "loop speedup"], rows)
+        rows.append(
+            [
+                f"{label} ({col['jobs']})",
+                f"{col['start_p50'][0]:.2f} / {col['start_p50'][1]:.1f}",
+                f"{col['start_p90'][0]:.2f} / {col['start_p90'][1]:.1f}",
+                fmt_ci(p50_diff),
+                f"{mk_on:.1f} / {mk_off:.1f}",
+                f"{speedup:.1f}x (paper {paper}x)",
+            ]
+        )
+    md = md_table(
+        [
+            "column (N)",
+            "start p50 On/Other (s)",
+            "start p90 On/Other (s)",
+            "paired p50 diff (s)",
+            "makespan On/Other (s)",
+            "loop speedup",
+        ],
+        rows,
+    )
     write_outputs(out, "loops", data, md, lambda fig: _plot_speedups(fig, data))
     data["markdown"] = md
     return data
@@ -94,8 +117,13 @@ def _plot_speedups(fig: Any, data: dict[str, Any]) -> None:
     ax.legend()
 
 
-def run_standby(out: str | Path, repeats: int = 10, workers: int | None = None,
-                progress: bool = True, venue: str = "production-h200") -> dict[str, Any]:
+def run_standby(
+    out: str | Path,
+    repeats: int = 10,
+    workers: int | None = None,
+    progress: bool = True,
+    venue: str = "production-h200",
+) -> dict[str, Any]:
     cells: list[Cell] = []
     for seed in range(repeats):
         for on in (True, False):
@@ -109,25 +137,44 @@ def run_standby(out: str | Path, repeats: int = 10, workers: int | None = None,
         by = _merge(r["handover_paths"] for r in runs)
         starts = [x for r in runs for x in r["start"]]
         data[name] = {
-            "handovers": len(hand), "by_standby": by.get("standby", 0),
-            "handover_wait_p50": pct(hand, 50), "start_p50": pct(starts, 50),
+            "handovers": len(hand),
+            "by_standby": by.get("standby", 0),
+            "handover_wait_p50": pct(hand, 50),
+            "start_p50": pct(starts, 50),
             "start_p90": pct(starts, 90),
             "makespan_p50": pct([r["makespan"] for r in runs], 50),
         }
-    diff = bootstrap_ci([b["makespan"] - a["makespan"]
-                         for a, b in zip(arms["on"], arms["off"], strict=True)])
+    diff = bootstrap_ci(
+        [b["makespan"] - a["makespan"] for a, b in zip(arms["on"], arms["off"], strict=True)]
+    )
     data["paired_makespan_diff"] = diff
     on, off = data["on"], data["off"]
     data["ratio"] = off["makespan_p50"] / on["makespan_p50"]
     rows = [
-        ["handovers served by standby", f"{on['by_standby']}/{on['handovers']}",
-         f"{off['by_standby']}/{off['handovers']}", "101/117 vs 0/156"],
-        ["queue wait at handover, median (s)", f"{on['handover_wait_p50']:.2f}",
-         f"{off['handover_wait_p50']:.1f}", "0.94 vs 51.0"],
-        ["submit->first p50 (s)", f"{on['start_p50']:.2f}", f"{off['start_p50']:.1f}",
-         "1.66 vs 28.2"],
-        ["loop makespan median (s)", f"{on['makespan_p50']:.0f}",
-         f"{off['makespan_p50']:.0f} ({data['ratio']:.1f}x)", "337 vs 1,023 (3.0x)"],
+        [
+            "handovers served by standby",
+            f"{on['by_standby']}/{on['handovers']}",
+            f"{off['by_standby']}/{off['handovers']}",
+            "101/117 vs 0/156",
+        ],
+        [
+            "queue wait at handover, median (s)",
+            f"{on['handover_wait_p50']:.2f}",
+            f"{off['handover_wait_p50']:.1f}",
+            "0.94 vs 51.0",
+        ],
+        [
+            "submit->first p50 (s)",
+            f"{on['start_p50']:.2f}",
+            f"{off['start_p50']:.1f}",
+            "1.66 vs 28.2",
+        ],
+        [
+            "loop makespan median (s)",
+            f"{on['makespan_p50']:.0f}",
+            f"{off['makespan_p50']:.0f} ({data['ratio']:.1f}x)",
+            "337 vs 1,023 (3.0x)",
+        ],
         ["paired makespan diff (s)", fmt_ci(diff, 0), "", "+685 [591, 766]"],
     ]
     md = md_table(["metric", "standby on", "standby off", "paper (on vs off)"], rows)

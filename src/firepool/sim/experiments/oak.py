@@ -39,23 +39,43 @@ def _policy(name: str) -> tuple[RoundPolicy, bool]:
 
 def train_cell(policy: str, workload: str, lam: float, seed: int) -> dict[str, Any]:
     """One (policy, workload, lambda, seed) run; `workload` may be a relative-load CSV path."""
-    jobs = (relative_load_workload(workload) if workload.endswith(".csv")
-            else paper_workload(workload, seed))
+    jobs = (
+        relative_load_workload(workload)
+        if workload.endswith(".csv")
+        else paper_workload(workload, seed)
+    )
     pol, mask = _policy(policy)
     res = simulate(pol, jobs, lam=lam, seed=seed, mask_restart=mask)
-    return {"policy": policy, "workload": workload, "lam": lam, "seed": seed,
-            "jct": list(res.jct.values()), "mean": res.mean_jct, "max": res.max_jct,
-            "restarts": res.restarts, "rounds": res.rounds,
-            "decide_ms": 1000.0 * res.decide_s / max(1, res.rounds),
-            "unfinished": res.unfinished}
+    return {
+        "policy": policy,
+        "workload": workload,
+        "lam": lam,
+        "seed": seed,
+        "jct": list(res.jct.values()),
+        "mean": res.mean_jct,
+        "max": res.max_jct,
+        "restarts": res.restarts,
+        "rounds": res.rounds,
+        "decide_ms": 1000.0 * res.decide_s / max(1, res.rounds),
+        "unfinished": res.unfinished,
+    }
 
 
-def _grid(policies: tuple[str, ...], workloads: tuple[str, ...], lams: tuple[float, ...],
-          seeds: int, workers: int | None, progress: bool, label: str
-          ) -> dict[tuple[str, str, float], list[dict[str, Any]]]:
+def _grid(
+    policies: tuple[str, ...],
+    workloads: tuple[str, ...],
+    lams: tuple[float, ...],
+    seeds: int,
+    workers: int | None,
+    progress: bool,
+    label: str,
+) -> dict[tuple[str, str, float], list[dict[str, Any]]]:
     keys = [(p, w, lam) for w in workloads for lam in lams for p in policies]
-    cells: list[Cell] = [(train_cell, {"policy": p, "workload": w, "lam": lam, "seed": s})
-                         for p, w, lam in keys for s in range(seeds)]
+    cells: list[Cell] = [
+        (train_cell, {"policy": p, "workload": w, "lam": lam, "seed": s})
+        for p, w, lam in keys
+        for s in range(seeds)
+    ]
     res = iter(run_cells(cells, workers=workers, label=label, progress=progress))
     return {k: [next(res) for _ in range(seeds)] for k in keys}
 
@@ -64,38 +84,76 @@ def _mean(runs: list[dict[str, Any]], key: str) -> float:
     return float(sum(r[key] for r in runs)) / len(runs)
 
 
-def run_oak_table(out: str | Path, seeds: int = 10, workers: int | None = None,
-                  progress: bool = True, workloads: tuple[str, ...] = WORKLOADS,
-                  lams: tuple[float, ...] = LAMBDAS) -> dict[str, Any]:
+def run_oak_table(
+    out: str | Path,
+    seeds: int = 10,
+    workers: int | None = None,
+    progress: bool = True,
+    workloads: tuple[str, ...] = WORKLOADS,
+    lams: tuple[float, ...] = LAMBDAS,
+) -> dict[str, Any]:
     grid = _grid(("oak", "sia"), workloads, lams, seeds, workers, progress, "oak-table")
     data: dict[str, Any] = {"seeds": seeds, "rows": []}
     rows = []
     for w in workloads:
         for lam in lams:
             oak, sia = grid[("oak", w, lam)], grid[("sia", w, lam)]
-            om, sm, ox, sx = (_mean(oak, "mean"), _mean(sia, "mean"), _mean(oak, "max"),
-                              _mean(sia, "max"))
+            om, sm, ox, sx = (
+                _mean(oak, "mean"),
+                _mean(sia, "mean"),
+                _mean(oak, "max"),
+                _mean(sia, "max"),
+            )
             gains = [1 - o["mean"] / s["mean"] for o, s in zip(oak, sia, strict=True)]
             ci = bootstrap_ci(gains, stat="mean")
-            row: dict[str, Any] = {"workload": w, "lam": lam, "oak_mean": om, "sia_mean": sm,
-                   "delta_mean": 1 - om / sm, "delta_mean_ci": ci, "oak_max": ox, "sia_max": sx,
-                   "delta_max": 1 - ox / sx, "oak_restarts": _mean(oak, "restarts"),
-                   "sia_restarts": _mean(sia, "restarts"),
-                   "oak_decide_ms": _mean(oak, "decide_ms")}
+            row: dict[str, Any] = {
+                "workload": w,
+                "lam": lam,
+                "oak_mean": om,
+                "sia_mean": sm,
+                "delta_mean": 1 - om / sm,
+                "delta_mean_ci": ci,
+                "oak_max": ox,
+                "sia_max": sx,
+                "delta_max": 1 - ox / sx,
+                "oak_restarts": _mean(oak, "restarts"),
+                "sia_restarts": _mean(sia, "restarts"),
+                "oak_decide_ms": _mean(oak, "decide_ms"),
+            }
             data["rows"].append(row)
-            rows.append([w, f"{lam:.2f}", f"{om:,.0f}", f"{sm:,.0f}",
-                         f"{100 * row['delta_mean']:+.1f}% [{100 * ci[1]:+.1f}, "
-                         f"{100 * ci[2]:+.1f}]", f"{ox:,.0f}", f"{sx:,.0f}",
-                         f"{100 * row['delta_max']:+.1f}%"])
-    md = md_table(["workload", "lambda", "OAK mean", "Sia mean", "delta mean [95% CI]",
-                   "OAK max", "Sia max", "delta max"], rows)
+            rows.append(
+                [
+                    w,
+                    f"{lam:.2f}",
+                    f"{om:,.0f}",
+                    f"{sm:,.0f}",
+                    f"{100 * row['delta_mean']:+.1f}% [{100 * ci[1]:+.1f}, {100 * ci[2]:+.1f}]",
+                    f"{ox:,.0f}",
+                    f"{sx:,.0f}",
+                    f"{100 * row['delta_max']:+.1f}%",
+                ]
+            )
+    md = md_table(
+        [
+            "workload",
+            "lambda",
+            "OAK mean",
+            "Sia mean",
+            "delta mean [95% CI]",
+            "OAK max",
+            "Sia max",
+            "delta max",
+        ],
+        rows,
+    )
 
     def plot(fig: Any) -> None:
         ax = fig.add_subplot(1, 1, 1)
         for w in workloads:
             pts = [r for r in data["rows"] if r["workload"] == w]
-            ax.plot([r["lam"] for r in pts], [100 * r["delta_mean"] for r in pts], marker="o",
-                    label=w)
+            ax.plot(
+                [r["lam"] for r in pts], [100 * r["delta_mean"] for r in pts], marker="o", label=w
+            )
         ax.axhspan(15.2, 70.9, color="g", alpha=0.1, label="paper band at 0.10")
         ax.axhline(0, color="k", lw=0.6)
         ax.set_xlabel("failure rate lambda (per round per running job)")
@@ -108,9 +166,14 @@ def run_oak_table(out: str | Path, seeds: int = 10, workers: int | None = None,
     return data
 
 
-def run_oak_ablation(out: str | Path, seeds: int = 10, workers: int | None = None,
-                     progress: bool = True, workloads: tuple[str, ...] = ("medium", "congestion"),
-                     lams: tuple[float, ...] = (0.05, 0.10)) -> dict[str, Any]:
+def run_oak_ablation(
+    out: str | Path,
+    seeds: int = 10,
+    workers: int | None = None,
+    progress: bool = True,
+    workloads: tuple[str, ...] = ("medium", "congestion"),
+    lams: tuple[float, ...] = (0.05, 0.10),
+) -> dict[str, Any]:
     pols = tuple(f"cell-{c}" for c in CELLS)
     grid = _grid(pols, workloads, lams, seeds, workers, progress, "oak-ablation")
     data: dict[str, Any] = {"seeds": seeds, "rows": []}
@@ -123,23 +186,45 @@ def run_oak_ablation(out: str | Path, seeds: int = 10, workers: int | None = Non
                 means = [r["mean"] for r in runs]
                 mu = sum(means) / len(means)
                 sd = (sum((m - mu) ** 2 for m in means) / max(1, len(means) - 1)) ** 0.5
-                row = {"lam": lam, "workload": w, "cell": c, "mean": mu,
-                       "p90": pct(pooled, 90), "p95": pct(pooled, 95), "p99": pct(pooled, 99),
-                       "max": max(pooled), "sigma_mean": sd}
+                row = {
+                    "lam": lam,
+                    "workload": w,
+                    "cell": c,
+                    "mean": mu,
+                    "p90": pct(pooled, 90),
+                    "p95": pct(pooled, 95),
+                    "p99": pct(pooled, 99),
+                    "max": max(pooled),
+                    "sigma_mean": sd,
+                }
                 data["rows"].append(row)
-                rows.append([f"{lam:.2f}", w, f"({c}) {label}", f"{mu:,.0f}",
-                             f"{row['p90']:,.0f}", f"{row['p95']:,.0f}", f"{row['p99']:,.0f}",
-                             f"{row['max']:,.0f}", f"{sd:,.0f}"])
-    md = md_table(["lambda", "workload", "cell", "mean", "p90", "p95", "p99", "max",
-                   "sigma of mean"], rows)
+                rows.append(
+                    [
+                        f"{lam:.2f}",
+                        w,
+                        f"({c}) {label}",
+                        f"{mu:,.0f}",
+                        f"{row['p90']:,.0f}",
+                        f"{row['p95']:,.0f}",
+                        f"{row['p99']:,.0f}",
+                        f"{row['max']:,.0f}",
+                        f"{sd:,.0f}",
+                    ]
+                )
+    md = md_table(
+        ["lambda", "workload", "cell", "mean", "p90", "p95", "p99", "max", "sigma of mean"], rows
+    )
 
     def plot(fig: Any) -> None:
         for k, w in enumerate(workloads):
             ax = fig.add_subplot(1, len(workloads), k + 1)
             for c in CELLS:
                 pooled = sorted(x for r in grid[(f"cell-{c}", w, lams[-1])] for x in r["jct"])
-                ax.plot(pooled, [(i + 1) / len(pooled) for i in range(len(pooled))],
-                        label=f"({c}) {CELLS[c]}")
+                ax.plot(
+                    pooled,
+                    [(i + 1) / len(pooled) for i in range(len(pooled))],
+                    label=f"({c}) {CELLS[c]}",
+                )
             ax.set_xscale("log")
             ax.set_xlabel("JCT (s, log)")
             ax.set_ylabel("fraction of jobs")
@@ -154,10 +239,15 @@ def run_oak_ablation(out: str | Path, seeds: int = 10, workers: int | None = Non
 SWEEP_POLICIES = ("oak", "sia", "pollux", "gavel", "drf", "oak-nsga2")
 
 
-def run_oak_sweep(out: str | Path, seeds: int = 5, workers: int | None = None,
-                  progress: bool = True, workloads: tuple[str, ...] = ("medium", "congestion"),
-                  lams: tuple[float, ...] = (0.0, 0.02, 0.05, 0.10, 0.15),
-                  policies: tuple[str, ...] = SWEEP_POLICIES) -> dict[str, Any]:
+def run_oak_sweep(
+    out: str | Path,
+    seeds: int = 5,
+    workers: int | None = None,
+    progress: bool = True,
+    workloads: tuple[str, ...] = ("medium", "congestion"),
+    lams: tuple[float, ...] = (0.0, 0.02, 0.05, 0.10, 0.15),
+    policies: tuple[str, ...] = SWEEP_POLICIES,
+) -> dict[str, Any]:
     grid = _grid(policies, workloads, lams, seeds, workers, progress, "oak-sweep")
     data: dict[str, Any] = {"seeds": seeds, "rows": []}
     rows = []
@@ -165,14 +255,30 @@ def run_oak_sweep(out: str | Path, seeds: int = 5, workers: int | None = None,
         for lam in lams:
             for p in policies:
                 runs = grid[(p, w, lam)]
-                row = {"workload": w, "lam": lam, "policy": p, "mean": _mean(runs, "mean"),
-                       "max": _mean(runs, "max"), "decide_ms": _mean(runs, "decide_ms"),
-                       "restarts": _mean(runs, "restarts")}
+                row = {
+                    "workload": w,
+                    "lam": lam,
+                    "policy": p,
+                    "mean": _mean(runs, "mean"),
+                    "max": _mean(runs, "max"),
+                    "decide_ms": _mean(runs, "decide_ms"),
+                    "restarts": _mean(runs, "restarts"),
+                }
                 data["rows"].append(row)
-                rows.append([w, f"{lam:.2f}", p, f"{row['mean']:,.0f}", f"{row['max']:,.0f}",
-                             f"{row['decide_ms']:.2f}", f"{row['restarts']:.1f}"])
-    md = md_table(["workload", "lambda", "policy", "mean JCT", "max JCT", "decision (ms)",
-                   "restarts"], rows)
+                rows.append(
+                    [
+                        w,
+                        f"{lam:.2f}",
+                        p,
+                        f"{row['mean']:,.0f}",
+                        f"{row['max']:,.0f}",
+                        f"{row['decide_ms']:.2f}",
+                        f"{row['restarts']:.1f}",
+                    ]
+                )
+    md = md_table(
+        ["workload", "lambda", "policy", "mean JCT", "max JCT", "decision (ms)", "restarts"], rows
+    )
 
     def plot(fig: Any) -> None:
         for k, w in enumerate(workloads):

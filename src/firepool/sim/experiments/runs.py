@@ -26,14 +26,28 @@ def pool_for(venue: str, arm: str, **over: Any) -> tuple[PoolSpec, dict[str, int
     """The benchmark pool of the broker paper's venue (appendix B.1), with overrides."""
     fresh = arm == "fresh"
     if "h200" in venue:
-        base: dict[str, Any] = dict(name="h200", accelerator="H200", accelerators_per_pod=1,
-                                    standbys_per_active=3, min_count=0 if fresh else 2,
-                                    max_idle_count=0 if fresh else 2, max_count=2,
-                                    idle_timeout=900.0, step=2)
+        base: dict[str, Any] = dict(
+            name="h200",
+            accelerator="H200",
+            accelerators_per_pod=1,
+            standbys_per_active=3,
+            min_count=0 if fresh else 2,
+            max_idle_count=0 if fresh else 2,
+            max_count=2,
+            idle_timeout=900.0,
+            step=2,
+        )
         budgets = {"H200": int(over.pop("budget", 2))}
     else:
-        base = dict(name="cpu", cpus_per_pod=1.0, min_count=0 if fresh else 2,
-                    max_idle_count=0 if fresh else 4, max_count=16, idle_timeout=900.0, step=8)
+        base = dict(
+            name="cpu",
+            cpus_per_pod=1.0,
+            min_count=0 if fresh else 2,
+            max_idle_count=0 if fresh else 4,
+            max_count=16,
+            idle_timeout=900.0,
+            step=8,
+        )
         budgets = {"cpu": int(over.pop("budget", 16))}
     base.update(over)
     return PoolSpec(**base), budgets
@@ -52,8 +66,9 @@ def summarize(broker: SimBroker, runner: Runner, t0: float) -> dict[str, Any]:
         "queue": [s.queue_wait for s in jobs],
         "paths": dict(paths),
         "handover": [s.queue_wait for s in jobs if s.paths and s.paths[0] in ("standby", "new")],
-        "handover_paths": dict(Counter(s.paths[0] for s in jobs
-                                       if s.paths and s.paths[0] in ("standby", "new"))),
+        "handover_paths": dict(
+            Counter(s.paths[0] for s in jobs if s.paths and s.paths[0] in ("standby", "new"))
+        ),
         "hit_rate": sum(1 for s in jobs if s.paths and s.paths[0] in WARM_PATHS)
         / max(1, len(jobs)),
         "held": held,
@@ -82,8 +97,15 @@ def run_programs(
     return broker, runner, t0
 
 
-def loop_cell(venue: str, workload: str, arm: str, seed: int, body: float | None = None,
-              think: float | None = None, **pool_over: Any) -> dict[str, Any]:
+def loop_cell(
+    venue: str,
+    workload: str,
+    arm: str,
+    seed: int,
+    body: float | None = None,
+    think: float | None = None,
+    **pool_over: Any,
+) -> dict[str, Any]:
     """Table 5 / Figure 7 cell: `agent2`, `agent4` or `rl` under one arm."""
     spec, budgets = pool_for(venue, arm, **pool_over)
     tagger = Tagger(arm, spec.name)
@@ -123,14 +145,23 @@ def standby_cell(venue: str, standby: bool, seed: int, jobs: int = 30) -> dict[s
     return summarize(broker, runner, t0)
 
 
-def sessions_cell(venue: str, pattern: str, arm: str, seed: int, horizon: float,
-                  rate_per_h: float, **pool_over: Any) -> dict[str, Any]:
+def sessions_cell(
+    venue: str,
+    pattern: str,
+    arm: str,
+    seed: int,
+    horizon: float,
+    rate_per_h: float,
+    **pool_over: Any,
+) -> dict[str, Any]:
     """Figure 6 cell: agent sessions arriving by `pattern` against one pool configuration."""
     spec, budgets = pool_for(venue, arm, **pool_over)
     tagger = Tagger(arm, spec.name)
     broker, runner, t0 = run_programs(
-        venue, [spec], budgets, seed,
-        lambda rng: session_programs(pattern, tagger, rng, horizon=horizon,
-                                     rate_per_h=rate_per_h),
+        venue,
+        [spec],
+        budgets,
+        seed,
+        lambda rng: session_programs(pattern, tagger, rng, horizon=horizon, rate_per_h=rate_per_h),
     )
     return summarize(broker, runner, t0)

@@ -52,8 +52,8 @@ def _policy(name: str, scale: str, pollux_budget: tuple[int, int]) -> RoundPolic
 def _rounds_for(name: str, scale: str, args: argparse.Namespace) -> int:
     slow = name in {"pollux", "oak-nsga2"}
     if scale == "small":
-        return args.small_rounds_nsga if slow else args.small_rounds
-    return args.large_rounds_nsga if slow else args.large_rounds
+        return int(args.small_rounds_nsga if slow else args.small_rounds)
+    return int(args.large_rounds_nsga if slow else args.large_rounds)
 
 
 def quality(rounds: Sequence[RoundInput]) -> tuple[float, float, float]:

@@ -220,8 +220,10 @@ class ElasticLifecycle:
         except KeyError:
             raise NotFoundError(f"unknown elastic job {job_id}", field="job_id") from None
 
-    def times(self, job_id: str, now: float) -> JobTimes:
-        self._tick(now)
+    def times(self, job_id: str, now: float | None = None) -> JobTimes:
+        """The job's counters, brought up to `now` (if given and not in the past)."""
+        if now is not None and now >= self._now:
+            self._tick(now)
         j = self._job(job_id)
         return JobTimes(j.phase, j.attempt, j.config, j.t_progress, j.t_ckpt, j.t_queue,
                         j.restarts)

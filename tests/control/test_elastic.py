@@ -1,0 +1,195 @@
+"""The elastic lifecycle: rounds, resizes as stop-then-start, measured times, failures."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from firepool.control.elastic import (
+    ElasticJobSpec,
+    ElasticLifecycle,
+    Phase,
+    StartAttempt,
+    StopAttempt,
+    Unplaceable,
+    poisson_failures,
+)
+from firepool.model import InvalidTransitionError, RequestValidationError
+from firepool.scheduling import (
+    Configuration,
+    OakPolicy,
+    RoundInput,
+    RoundResult,
+    ThroughputObservation,
+)
+
+ONE, TWO, FOUR = (Configuration("gpu", n, 1) for n in (1, 2, 4))
+
+
+def linear(spec: ElasticJobSpec, observed: Sequence[ThroughputObservation]) -> tuple[float, ...]:
+    """Goodput = replicas (perfect scaling), 1.0 on one GPU."""
+    return tuple(float(c.replicas) for c in spec.configurations)
+
+
+class Fixed:
+    """A policy returning a scripted assignment."""
+
+    name = "fixed"
+
+    def __init__(self, assignments: dict[str, Configuration | None]) -> None:
+        self.assignments = assignments
+        self.seen: list[RoundInput] = []
+
+    def decide(self, round_input: RoundInput) -> RoundResult:
+        self.seen.append(round_input)
+        return RoundResult("fixed", {j.job_id: self.assignments.get(j.job_id)
+                                     for j in round_input.jobs})
+
+
+def spec(job_id: str, at: float = 0.0, cfgs: tuple[Configuration, ...] = (ONE, TWO, FOUR)
+         ) -> ElasticJobSpec:
+    return ElasticJobSpec(job_id, "cifar10", cfgs, submitted_at=at)
+
+
+def test_rounds_run_on_the_timer_and_on_events() -> None:
+    life = ElasticLifecycle({"gpu": 4}, linear, round_s=60.0)
+    assert life.round_due(0.0) is None
+    assert life.round_due(60.0) == "timer"
+    life.submit(spec("a"), 10.0)
+    assert life.round_due(10.0) == "arrival"
+    out = life.run_round(10.0, Fixed({"a": TWO}))
+    assert out.trigger == "arrival"
+    assert out.decisions == (StartAttempt("a", 1, TWO),)
+    assert life.round_due(11.0) is None and life.next_round_at == 70.0
+    life.progress("a", 1, 20.0)
+    assert life.attempt_exited("a", 1, 30.0, "completed") == []
+    assert life.round_due(30.0) == "completion"
+
+
+def test_resize_is_graceful_stop_then_start_with_new_world_size() -> None:
+    life = ElasticLifecycle({"gpu": 4}, linear)
+    life.submit(spec("a"), 0.0)
+    life.run_round(0.0, Fixed({"a": TWO}))
+    life.progress("a", 1, 30.0)
+    out = life.run_round(60.0, Fixed({"a": FOUR}))
+    assert out.decisions == (StopAttempt("a", 1, "resize", FOUR),)
+    assert life.times("a", 60.0).phase is Phase.STOPPING
+    assert life.held() == {"gpu": 2}  # still held while checkpointing
+    started = life.attempt_exited("a", 1, 75.0, "checkpointed")
+    assert started == [StartAttempt("a", 2, FOUR)]
+    assert started[0].world_size == 4
+    t = life.times("a", 75.0)
+    assert t.restarts == 1 and t.attempt == 2
+
+
+def test_measured_times() -> None:
+    life = ElasticLifecycle({"gpu": 4}, linear)
+    life.submit(spec("a"), 0.0)  # waits 10 s for its first round
+    life.run_round(10.0, Fixed({"a": TWO}))  # restore from 10 to 25
+    life.progress("a", 1, 25.0)
+    life.run_round(85.0, Fixed({"a": FOUR}))  # 60 s of progress, then checkpoint 85..95
+    life.attempt_exited("a", 1, 95.0, "checkpointed")  # restore again 95..100
+    life.progress("a", 2, 100.0)
+    t = life.times("a", 160.0)
+    assert t.t_progress == pytest.approx(60.0 + 60.0)
+    assert t.t_ckpt == pytest.approx(15.0 + 10.0 + 5.0)
+    assert t.t_queue == pytest.approx(10.0 + 15.0 + 5.0)
+    r = life.round_input(160.0).jobs[0]
+    assert (r.t_progress, r.t_ckpt, r.t_queue, r.current) == (120.0, 30.0, 30.0, FOUR)
+    assert r.age_s == 160.0 and r.restarts == 1
+
+
+def test_starts_wait_for_gpus_still_checkpointing() -> None:
+    life = ElasticLifecycle({"gpu": 4}, linear)
+    life.submit(spec("a"), 0.0)
+    life.submit(spec("b"), 0.0)
+    life.run_round(0.0, Fixed({"a": FOUR}))
+    life.progress("a", 1, 5.0)
+    out = life.run_round(60.0, Fixed({"a": TWO, "b": TWO}))
+    assert out.decisions == (StopAttempt("a", 1, "resize", TWO),)  # b must wait for a's GPUs
+    assert life.held() == {"gpu": 4}
+    started = life.attempt_exited("a", 1, 70.0, "checkpointed")
+    assert sorted(d.job_id for d in started) == ["a", "b"]
+    assert life.held() == {"gpu": 4}
+
+
+def test_failure_requeues_and_triggers_a_round() -> None:
+    life = ElasticLifecycle({"gpu": 4}, linear)
+    life.submit(spec("a"), 0.0)
+    life.run_round(0.0, Fixed({"a": FOUR}))
+    life.progress("a", 1, 5.0)
+    assert life.attempt_exited("a", 1, 50.0, "failed") == []
+    assert life.round_due(50.0) == "failure"
+    t = life.times("a", 50.0)
+    assert t.phase is Phase.WAITING and t.restarts == 1 and life.held() == {}
+    with pytest.raises(InvalidTransitionError):
+        life.attempt_exited("a", 1, 51.0, "failed")
+    out = life.run_round(51.0, Fixed({"a": FOUR}))
+    assert out.decisions == (StartAttempt("a", 2, FOUR),)
+
+
+def test_unplaceable_job_is_reported_once() -> None:
+    life = ElasticLifecycle({"gpu": 2}, linear)
+    life.submit(spec("big", cfgs=(FOUR,)), 0.0)
+    first = life.run_round(0.0, OakPolicy())
+    assert first.decisions == (Unplaceable("big", first.result.infeasible["big"]),)
+    assert life.run_round(60.0, OakPolicy()).decisions == ()
+
+
+def test_time_never_goes_backwards_and_ids_are_unique() -> None:
+    life = ElasticLifecycle({"gpu": 2}, linear)
+    life.submit(spec("a"), 10.0)
+    with pytest.raises(RequestValidationError):
+        life.submit(spec("b"), 5.0)
+    with pytest.raises(RequestValidationError):
+        life.submit(spec("a"), 11.0)
+
+
+def test_poisson_failure_hook_is_seeded_and_has_the_right_rate() -> None:
+    running = [(f"j{i}", 1) for i in range(20000)]
+    a = poisson_failures(running, 100.0, random.Random(7), 0.1)
+    b = poisson_failures(running, 100.0, random.Random(7), 0.1)
+    assert a == b
+    # P(at least one event in a round) = 1 - exp(-0.1) = 0.0952
+    assert len(a) / len(running) == pytest.approx(0.0952, abs=0.006)
+    assert all(100.0 <= f.at < 160.0 for f in a)
+    assert poisson_failures(running[:10], 0.0, random.Random(1), 0.0) == []
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1), st.floats(0.0, 0.5))
+def test_oak_under_failures_never_overcommits(seed: int, rate: float) -> None:
+    """Random arrivals, OAK rounds, progress and Poisson failures: held GPUs <= capacity."""
+    rng = random.Random(seed)
+    life = ElasticLifecycle({"gpu": 6}, linear)
+    policy = OakPolicy()
+    live: dict[str, int] = {}
+    now = 0.0
+    for step in range(12):
+        if rng.random() < 0.5:
+            life.submit(spec(f"j{step}", now), now)
+        for d in life.run_round(now, policy).decisions:
+            if isinstance(d, StartAttempt):
+                live[d.job_id] = d.attempt
+        assert sum(life.held().values()) <= 6
+        for job_id, attempt in list(live.items()):
+            t = life.times(job_id, now + 5.0)
+            if t.phase is Phase.RESTORING:
+                life.progress(job_id, attempt, now + 5.0)
+            elif t.phase is Phase.STOPPING:
+                for d in life.attempt_exited(job_id, attempt, now + 5.0, "checkpointed"):
+                    if isinstance(d, StartAttempt):
+                        live[d.job_id] = d.attempt
+        failures = life.poisson_failures(now + 5.0, rng, rate)
+        for f in sorted(failures, key=lambda f: f.at):
+            if f.at >= now + 60.0:
+                continue
+            t = life.times(f.job_id, f.at)
+            if t.attempt == f.attempt and t.phase in (Phase.RESTORING, Phase.RUNNING):
+                life.attempt_exited(f.job_id, f.attempt, f.at, "failed")
+        assert sum(life.held().values()) <= 6
+        now += 60.0

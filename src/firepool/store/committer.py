@@ -93,7 +93,7 @@ class Committer:
         *,
         writers: int = 1,
         max_batch: int = 256,
-        linger: float = 0.002,
+        linger: float = 0.005,
     ) -> None:
         self._engine = engine
         self._linger = linger

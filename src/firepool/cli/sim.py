@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import typer
 
-sim_app = typer.Typer(no_args_is_help=True, add_completion=False,
-                      help="Simulate the control plane in virtual time and reproduce the papers.")
+sim_app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Simulate the control plane in virtual time and reproduce the papers.",
+)
 
 _OUT = typer.Option("sim-results", "--out", help="Folder for JSON, markdown and PNG.")
 _WORKERS = typer.Option(None, "--workers", help="Processes (default: all cores).")
@@ -16,8 +19,9 @@ def _done(data: dict[str, object]) -> None:
 
 
 @sim_app.command()
-def loops(out: str = _OUT, repeats: int = typer.Option(10, "--repeats"),
-          workers: int | None = _WORKERS) -> None:
+def loops(
+    out: str = _OUT, repeats: int = typer.Option(10, "--repeats"), workers: int | None = _WORKERS
+) -> None:
     """Reuse On vs Reuse Off / fresh pod per job (broker paper Table 5)."""
     from firepool.sim.experiments.loops import run_loops
 
@@ -25,8 +29,9 @@ def loops(out: str = _OUT, repeats: int = typer.Option(10, "--repeats"),
 
 
 @sim_app.command()
-def standby(out: str = _OUT, repeats: int = typer.Option(10, "--repeats"),
-            workers: int | None = _WORKERS) -> None:
+def standby(
+    out: str = _OUT, repeats: int = typer.Option(10, "--repeats"), workers: int | None = _WORKERS
+) -> None:
     """Standby on vs off, 30 sequential jobs with fresh tags (Table 6)."""
     from firepool.sim.experiments.loops import run_standby
 
@@ -34,9 +39,12 @@ def standby(out: str = _OUT, repeats: int = typer.Option(10, "--repeats"),
 
 
 @sim_app.command()
-def frontier(out: str = _OUT, seeds: int = typer.Option(3, "--seeds"),
-             horizon: float = typer.Option(7200.0, "--horizon"),
-             workers: int | None = _WORKERS) -> None:
+def frontier(
+    out: str = _OUT,
+    seeds: int = typer.Option(3, "--seeds"),
+    horizon: float = typer.Option(7200.0, "--horizon"),
+    workers: int | None = _WORKERS,
+) -> None:
     """Held capacity vs start latency for floor x idle cap x keep-alive (Figure 6b)."""
     from firepool.sim.experiments.frontier import run_frontier
 
@@ -44,9 +52,12 @@ def frontier(out: str = _OUT, seeds: int = typer.Option(3, "--seeds"),
 
 
 @sim_app.command()
-def fragmentation(out: str = _OUT, seeds: int = typer.Option(10, "--seeds"),
-                  horizon: float = typer.Option(3600.0, "--horizon"),
-                  workers: int | None = _WORKERS) -> None:
+def fragmentation(
+    out: str = _OUT,
+    seeds: int = typer.Option(10, "--seeds"),
+    horizon: float = typer.Option(3600.0, "--horizon"),
+    workers: int | None = _WORKERS,
+) -> None:
     """One late-bound pool vs a pool per environment (Figure 5)."""
     from firepool.sim.experiments.fragmentation import run_fragmentation
 
@@ -54,8 +65,11 @@ def fragmentation(out: str = _OUT, seeds: int = typer.Option(10, "--seeds"),
 
 
 @sim_app.command()
-def lengths(out: str = _OUT, replicates: int = typer.Option(3, "--replicates"),
-            workers: int | None = _WORKERS) -> None:
+def lengths(
+    out: str = _OUT,
+    replicates: int = typer.Option(3, "--replicates"),
+    workers: int | None = _WORKERS,
+) -> None:
     """Reuse On over Off speedup vs job length and think time (Figure 7)."""
     from firepool.sim.experiments.frontier import run_lengths
 
@@ -72,13 +86,18 @@ def _workloads(traces: str | None) -> tuple[str, ...]:
     return WORKLOADS + tuple(str(p) for p in sorted(Path(traces).glob("workload-*.csv")))
 
 
-_TRACES = typer.Option(None, "--traces",
-                       help="A workloads-0.5 folder: add its relative-load workloads.")
+_TRACES = typer.Option(
+    None, "--traces", help="A workloads-0.5 folder: add its relative-load workloads."
+)
 
 
 @sim_app.command("oak-table")
-def oak_table(out: str = _OUT, seeds: int = typer.Option(10, "--seeds"),
-              traces: str | None = _TRACES, workers: int | None = _WORKERS) -> None:
+def oak_table(
+    out: str = _OUT,
+    seeds: int = typer.Option(10, "--seeds"),
+    traces: str | None = _TRACES,
+    workers: int | None = _WORKERS,
+) -> None:
     """OAK vs Sia over workloads x lambda in {0, 0.05, 0.10} (scheduler paper Table II)."""
     from firepool.sim.experiments.oak import run_oak_table
 
@@ -86,8 +105,9 @@ def oak_table(out: str = _OUT, seeds: int = typer.Option(10, "--seeds"),
 
 
 @sim_app.command("oak-ablation")
-def oak_ablation(out: str = _OUT, seeds: int = typer.Option(10, "--seeds"),
-                 workers: int | None = _WORKERS) -> None:
+def oak_ablation(
+    out: str = _OUT, seeds: int = typer.Option(10, "--seeds"), workers: int | None = _WORKERS
+) -> None:
     """Sia, +age, +restart, full OAK on medium and congestion (Table III)."""
     from firepool.sim.experiments.oak import run_oak_ablation
 
@@ -95,9 +115,12 @@ def oak_ablation(out: str = _OUT, seeds: int = typer.Option(10, "--seeds"),
 
 
 @sim_app.command("oak-sweep")
-def oak_sweep(out: str = _OUT, seeds: int = typer.Option(5, "--seeds"),
-              policies: str = typer.Option("oak,sia,pollux,gavel,drf,oak-nsga2", "--policies"),
-              workers: int | None = _WORKERS) -> None:
+def oak_sweep(
+    out: str = _OUT,
+    seeds: int = typer.Option(5, "--seeds"),
+    policies: str = typer.Option("oak,sia,pollux,gavel,drf,oak-nsga2", "--policies"),
+    workers: int | None = _WORKERS,
+) -> None:
     """Lambda up to 0.15 with Pollux, Gavel, DRF and the NSGA-II hybrid (section V-C, V-E)."""
     from firepool.sim.experiments.oak import run_oak_sweep
 
@@ -105,8 +128,9 @@ def oak_sweep(out: str = _OUT, seeds: int = typer.Option(5, "--seeds"),
 
 
 @sim_app.command()
-def calibrate(out: str = typer.Option("local-venue.json", "--out"),
-              pods: int = typer.Option(4, "--pods")) -> None:
+def calibrate(
+    out: str = typer.Option("local-venue.json", "--out"), pods: int = typer.Option(4, "--pods")
+) -> None:
     """Measure this machine's local backend and write a venue file."""
     from firepool.sim.calibrate import calibrate_local
 

@@ -98,7 +98,8 @@ class Committer:
         self._engine = engine
         self._linger = linger
         self._max_batch = max_batch
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # Several writer threads wait on this queue, some with timeouts (the linger).
+        self._queue: queue.Queue[Any] = queue.Queue()
         self._closed = False
         self._threads = [
             threading.Thread(target=self._loop, name=f"firepool-commit-{i}", daemon=True)

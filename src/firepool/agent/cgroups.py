@@ -5,8 +5,9 @@ a cgroup v2 `memory.max`, a cgroup v1 `memory.limit_in_bytes`, else `RLIMIT_AS` 
 attempt's processes. Which one won is reported (health, logs), never assumed.
 
 Independently, a cgroup v2 directory without controllers is used as a process ledger when the
-unified hierarchy is writable: every job process joins it at fork, `cgroup.procs` lists them
-even after they `setsid` or double-fork, and `cgroup.kill` kills them all in one step.
+unified hierarchy is writable: the zygote joins it once, so every job process is born in it,
+and `cgroup.procs` lists them even after they `setsid` or double-fork (a process leaves only by
+writing itself elsewhere, which needs privileges the broker does not hand out on purpose).
 """
 
 from __future__ import annotations
@@ -140,6 +141,8 @@ class PodCgroups:
         return pids
 
     def kill_all(self) -> None:
+        """Kill every process in the ledger at once. Not for resets: the warm interpreter lives
+        in the ledger too (its children are born there); only for tearing the pod down."""
         if self.ledger is not None:
             _write(self.ledger / "cgroup.kill", "1")
 

@@ -2,7 +2,8 @@
 
 Processes. The targets are every descendant of the agent (the agent and the zygote are child
 subreapers, so `setsid` and double-forked grandchildren stay below them) plus every member of
-the pod's cgroups (a ledger that survives re-parenting). All are SIGKILLed, repeatedly, until
+the pod's cgroups (a ledger that survives re-parenting), except the zygote. All are SIGKILLed,
+repeatedly (a forking process cannot outrun a SIGKILL round for long), until
 a /proc snapshot finds none alive; a process in uninterruptible sleep gets a bounded wait
 (`verify_timeout_s`). Separately, any process started since the pod came up that carries the
 pod's environment marker but is *not* ours (it escaped through something outside the pod) is
@@ -63,7 +64,6 @@ def kill_attempt_processes(
     killed: set[int] = set()
     deadline = time.monotonic() + ctx.verify_timeout_s
     pause = 0.0005
-    first = True
     while True:
         procs = procfs.snapshot()
         live = [procs[p] for p in _tree(ctx, procs) if p in procs and not procs[p].dead]
@@ -72,9 +72,6 @@ def kill_attempt_processes(
             return len(killed), [], procs
         if time.monotonic() > deadline:
             return len(killed), live, procs
-        if first:
-            ctx.cgroups.kill_all()  # one atomic stroke for everything in the ledger
-            first = False
         for proc in live:
             procfs.kill_quietly(proc.pid)
             killed.add(proc.pid)

@@ -111,6 +111,7 @@ class Agent:
         self.zygote = ZygoteClient(
             config.preload_modules, self._on_exit, self._on_zygote_death, started=zygote
         )
+        self.zygote.join(self.cgroups.procs_files)
 
     # ------------------------------------------------------------------ health
 
@@ -170,7 +171,6 @@ class Agent:
                 "stdout": str(attempt_dir / "stdout"),
                 "stderr": str(attempt_dir / "stderr"),
                 "sys_path": [str(self.layout.site)],
-                "cgroup_procs": self.cgroups.procs_files,
                 "rlimit_as": self.cgroups.rlimit_as,
             }
             attempt.started_at = time.time()

@@ -62,6 +62,14 @@ class ZygoteClient:
     def pid(self) -> int:
         return self.proc.pid
 
+    def join(self, cgroup_procs: list[str]) -> None:
+        """Ask the zygote to move itself into the pod's cgroups before its first spawn (the
+        socket keeps the order; the answer is only logged)."""
+        if cgroup_procs:
+            line = json.dumps({"op": "join", "cgroup_procs": cgroup_procs}).encode() + b"\n"
+            with self._send_lock:
+                self._sock.sendall(line)
+
     def spawn(self, request: dict[str, Any], timeout: float = 30.0) -> tuple[int, float]:
         """Start a process through the zygote; returns (pid, monotonic start time)."""
         if not self.ready.wait(timeout):
@@ -108,6 +116,12 @@ class ZygoteClient:
             for name, why in self.failed.items():
                 log.warning("preload of %s failed: %s", name, why)
             self.ready.set()
+        elif kind == "joined":
+            if event.get("ok"):
+                log.info("warm interpreter joined the pod's cgroups")
+            else:
+                log.warning("warm interpreter could not join the pod's cgroups (%s); each job "
+                            "joins them itself", event.get("error"))  # fmt: skip
         elif kind in ("spawned", "spawn_error"):
             with self._lock:
                 pending = self._pending.get(event["id"])

@@ -7,9 +7,11 @@ The zygote has exactly one thread, imports only the stdlib and the preloaded mod
 parent (and child subreaper) of every job process, so it reaps them and reports exit status
 and peak RSS to the agent over a socketpair, one JSON object per line.
 
-Requests:  {"op": "spawn", "id", "mode": "fork"|"exec", "argv", "env", "cwd", "stdout",
-            "stderr", "sys_path": [...], "cgroup_procs": [...], "rlimit_as": int|null}
+Requests:  {"op": "join", "cgroup_procs": [...]}   (once, before any spawn)
+           {"op": "spawn", "id", "mode": "fork"|"exec", "argv", "env", "cwd", "stdout",
+            "stderr", "sys_path": [...], "rlimit_as": int|null}
 Events:    {"ev": "ready", "pid", "modules", "failed"}
+           {"ev": "joined", "ok", "error"}
            {"ev": "spawned", "id", "pid", "t"} | {"ev": "spawn_error", "id", "message"}
            {"ev": "exit", "id", "pid", "status", "maxrss_kib", "t", "t0"}
 """
@@ -83,14 +85,14 @@ def start_process(preload: Sequence[str]) -> tuple[subprocess.Popen[bytes], sock
 # --------------------------------------------------------------------------- in the child
 
 
-def _child_setup(req: dict[str, Any], errpipe: int) -> None:
+def _child_setup(req: dict[str, Any], errpipe: int, cgroups: list[str]) -> None:
     os.setsid()
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    for path in req.get("cgroup_procs") or ():
-        with open(path, "w") as fh:
-            fh.write(str(os.getpid()))
+    _write("/proc/self/oom_score_adj", "0")  # the zygote is shielded, the job is not
+    for path in cgroups:  # only when the zygote could not join them itself
+        _write(path, str(os.getpid()))
     limit = req.get("rlimit_as")
     if limit:
         resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
@@ -103,6 +105,11 @@ def _child_setup(req: dict[str, Any], errpipe: int) -> None:
     os.closerange(3, errpipe)
     os.closerange(errpipe + 1, 1 << 16)
     os.chdir(req["cwd"])
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(value)
 
 
 def _fail(errpipe: int, message: str) -> None:
@@ -171,9 +178,9 @@ def _run_python(req: dict[str, Any], errpipe: int) -> None:
     os._exit(code)
 
 
-def _child(req: dict[str, Any], errpipe: int) -> None:
+def _child(req: dict[str, Any], errpipe: int, cgroups: list[str]) -> None:
     try:
-        _child_setup(req, errpipe)
+        _child_setup(req, errpipe, cgroups)
         if req["mode"] == "fork":
             _run_python(req, errpipe)
         else:
@@ -193,6 +200,25 @@ class Zygote:
         self.sock = sock
         self.jobs: dict[int, tuple[str, float]] = {}
         self.buffer = b""
+        self.child_cgroups: list[str] = []  # cgroups each child must join (join failed)
+
+    def join(self, paths: list[str]) -> None:
+        """Move the zygote into the pod's cgroups once, so every child is born there.
+
+        Moving a process between cgroups waits for an RCU grace period (the global
+        cgroup_threadgroup_rwsem); per job that cost ~10 ms on a busy 2-core VM, on the path to
+        the job's first instruction. Born-in-place children cost nothing. The zygote is then
+        shielded from the OOM killer (its children reset that), so a job that exceeds the pod's
+        limit is the one killed."""
+        try:
+            for path in paths:
+                _write(path, str(os.getpid()))
+            with contextlib.suppress(OSError):
+                _write("/proc/self/oom_score_adj", "-1000")
+            self.send({"ev": "joined", "ok": True, "error": None})
+        except OSError as exc:
+            self.child_cgroups = list(paths)
+            self.send({"ev": "joined", "ok": False, "error": str(exc)})
 
     def send(self, message: dict[str, Any]) -> None:
         self.sock.sendall(json.dumps(message).encode() + b"\n")
@@ -202,7 +228,7 @@ class Zygote:
         pid = os.fork()
         if pid == 0:
             os.close(rfd)
-            _child(req, wfd)
+            _child(req, wfd, self.child_cgroups)
         os.close(wfd)
         chunks = []
         while True:
@@ -251,6 +277,8 @@ class Zygote:
             req = json.loads(line)
             if req.get("op") == "spawn":
                 self.spawn(req)
+            elif req.get("op") == "join":
+                self.join(list(req.get("cgroup_procs", ())))
         return True
 
     def serve(self) -> None:

@@ -62,6 +62,9 @@ def create_app(
         version=API_VERSION,
         description="A broker for warm GPU and CPU capacity. Every error body is "
         '`{"error": <stable class>, "message": ..., "field": ...}`.',
+        # The broker publishes its own Prometheus metrics; FastAPI's built-in OpenTelemetry
+        # hooks would only add a provider check to every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.firepool = ApiContext(
         store=store,

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -41,7 +42,7 @@ def _serve(data_dir: str, ready: Any, stop: Any) -> None:
     )
     token = issue_token(store, "bench")
     with ServedApp(app) as served:
-        ready.put((served.url, token))
+        ready.put((served.url, token, os.getpid()))
         stop.wait()
     store.close()
 
@@ -132,8 +133,10 @@ def run_once(clients: int, seconds: float) -> dict[str, float]:
         child = context.Process(target=_serve, args=(tmp, ready, stop), daemon=True)
         child.start()
         try:
-            url, token = ready.get(timeout=60)
+            url, token, pid = ready.get(timeout=60)
+            before = _cpu_seconds(pid)
             failures, latencies, elapsed = asyncio.run(_drive(url, token, clients, seconds))
+            server_cpu = _cpu_seconds(pid) - before
         finally:
             stop.set()
             child.join(timeout=30)
@@ -143,7 +146,18 @@ def run_once(clients: int, seconds: float) -> dict[str, float]:
         "submits_per_s": len(latencies) / elapsed,
         "p50_ms": percentile(latencies, 50) * 1000,
         "p99_ms": percentile(latencies, 99) * 1000,
+        # includes the warm-up requests, a small share: an upper bound per submission
+        "server_cpu_us_per_submit": server_cpu / max(1, len(latencies)) * 1e6,
     }
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str]) -> int:
@@ -156,7 +170,7 @@ def main(argv: list[str]) -> int:
     runs = [run_once(args.clients, args.seconds) for _ in range(args.repeats)]
     result: dict[str, object] = {
         key: round(median([r[key] for r in runs]), 2)
-        for key in ("submits_per_s", "p50_ms", "p99_ms")
+        for key in ("submits_per_s", "p50_ms", "p99_ms", "server_cpu_us_per_submit")
     }
     result.update(clients=args.clients, store="sqlite", **machine())
     print_table(
@@ -165,6 +179,7 @@ def main(argv: list[str]) -> int:
             ("submits/s", f"{result['submits_per_s']:,.0f}", f">= {TARGET_RATE:,.0f}"),
             ("p50 latency (ms)", f"{result['p50_ms']:.1f}", ""),
             ("p99 latency (ms)", f"{result['p99_ms']:.1f}", f"<= {TARGET_P99_MS:.0f}"),
+            ("server CPU per submission (us)", f"{result['server_cpu_us_per_submit']:.0f}", ""),
         ],
     )
     write_json(args.json_path, result)

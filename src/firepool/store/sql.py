@@ -4,6 +4,8 @@ Writes go through a `Committer` (group commit); reads use pooled connections dir
 write method builds a closure over plain values and validates everything it can (legal
 transition, terminal state) before the closure runs, so the closure's first statement is the
 conditional UPDATE, and a lost race is detected by its row count with nothing yet written.
+Starts, the hot path, are merged per batch: the rows' versions are read under a row lock and
+only the starts that still match are applied (see `_start_many`).
 """
 
 from __future__ import annotations

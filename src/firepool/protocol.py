@@ -265,6 +265,8 @@ class Health(StrictModel):
     pid: int
     #: The last reset detached the old scratch tmpfs; its pages are still being freed (the
     #: next launch waits for that). `last_scratch_release_ms` is how long the last release took.
+    #: Other pods and the backend's state (pod secrets) are hidden from this pod's jobs.
+    confined: bool = False
     scratch_releasing: bool = False
     last_scratch_release_ms: float = 0.0
 
@@ -279,6 +281,9 @@ class AgentConfig(StrictModel):
     pod: str
     secret: Annotated[str, Field(min_length=16)]
     pod_dir: str
+    #: The backend's directory of all pods (pod_dir's parent). In private mode the agent covers
+    #: it in its namespace, so jobs see neither other pods nor the backend's state files.
+    backend_root: str | None = None
     #: `NAME=VALUE` put into every job's environment; reset and delete find stray processes by
     #: it. Chosen by the backend so that it too can sweep the pod after a broker restart.
     marker: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{8,200}$")] | None = None

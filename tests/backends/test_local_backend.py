@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import signal
 import threading
 import zipfile
@@ -16,6 +17,7 @@ from pod_helpers import (
     backend_at,
     json_job,
     make_pod,
+    new_root,
     pods_processes,
     read_log,
     run_job,
@@ -166,9 +168,12 @@ def _wheel(dir: Path) -> Path:
 
 def test_requirements_install_once_per_digest_and_are_importable() -> None:
     code = "import fpdemo; print(fpdemo.VERSION)"
-    with backend_at("deps") as (backend, loop, root):
-        # the wheel lives outside /tmp: a private pod has its own /tmp
-        req = RequirementsRef.of(f"--no-index\n{_wheel(root)}\n")
+    # the wheel lives outside /tmp (a private pod has its own /tmp) and outside the backend
+    # root (a private pod sees only its own directory there)
+    wheels = new_root("wheels")
+    wheels.mkdir()
+    req = RequirementsRef.of(f"--no-index\n{_wheel(wheels)}\n")
+    with backend_at("deps") as (backend, loop, _root):
         _record, client = loop.run(make_pod(backend, CPU))
         for retry, (argv, cached) in enumerate(
             [(["python", "-c", code], False), (["sh", "-c", f"python -c '{code}'"], True)]
@@ -181,6 +186,7 @@ def test_requirements_install_once_per_digest_and_are_importable() -> None:
             loop.run(wait_exit(client, attempt))
             assert loop.run(read_log(client, attempt)).strip() == "1.0"  # fork and exec paths
             assert loop.run(client.reset()).clean
+    shutil.rmtree(wheels)
 
 
 def test_package_is_fetched_unpacked_and_cached_per_pod() -> None:
@@ -224,3 +230,30 @@ def test_volumes_marked_for_wiping_are_emptied_and_caches_kept() -> None:
         scratch, models = loop.run(json_job(client, "v:0", code))
         assert loop.run(client.reset()).clean
         assert os.listdir(scratch) == [] and os.listdir(models) == ["f"]
+
+
+def test_jobs_see_neither_other_pods_nor_pod_secrets() -> None:
+    with backend_at("confine") as (backend, loop, root):
+        if not backend.capabilities.private_scratch:
+            pytest.skip("needs a private mount namespace")
+        a, client_a = loop.run(make_pod(backend, CPU))
+        b, client_b = loop.run(make_pod(backend, CPU))
+        assert loop.run(client_a.health()).confined
+        loop.run(run_job(client_b, "b:0", ["echo", "b-private-output"]))
+        code = f"""
+        import os, json
+        seen = []
+        for dirpath, dirnames, filenames in os.walk({str(root)!r}):
+            for name in filenames:
+                try:
+                    with open(os.path.join(dirpath, name), "rb") as fh:
+                        data = fh.read()
+                except OSError:
+                    continue
+                if {a.secret.encode()!r} in data or {b.secret.encode()!r} in data \\
+                        or b"b-private-output" in data:
+                    seen.append(os.path.join(dirpath, name))
+        print(json.dumps({{"top": sorted(os.listdir({str(root)!r})), "leaks": seen}}))
+        """
+        seen = loop.run(json_job(client_a, "a:0", code))
+        assert seen == {"top": [a.name], "leaks": []}

@@ -29,19 +29,45 @@ from firepool.protocol import IsolationMode
 
 log = logging.getLogger("firepool.agent")
 
+MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
 MNT_DETACH = 0x2
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def mount_tmpfs(target: str, size_mib: int) -> None:
-    options = f"size={size_mib}m,mode=1777".encode()
-    rc = _libc.mount(b"tmpfs", target.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options)
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str) -> None:
+    rc = _libc.mount(
+        source.encode() if source else None,
+        target.encode(),
+        fstype.encode() if fstype else None,
+        flags,
+        data.encode() if data else None,
+    )
     if rc != 0:
         err = ctypes.get_errno()
-        raise OSError(err, f"mount tmpfs on {target}: {os.strerror(err)}")
+        raise OSError(err, f"mount {source or ''} on {target}: {os.strerror(err)}")
+
+
+def mount_tmpfs(target: str, size_mib: int, mode: str = "1777") -> None:
+    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_mib}m,mode={mode}")
+
+
+def confine(backend_root: Path, pod_dir: Path) -> None:
+    """Hide every other pod, and the backend's state files (which hold pod secrets), from this
+    pod: cover the backend root with an empty read-only tmpfs and bind this pod's own directory
+    back in place. Only this pod's mount namespace sees the cover; the backend sees all."""
+    fd = os.open(pod_dir, os.O_PATH | os.O_DIRECTORY)
+    try:
+        mount_tmpfs(str(backend_root), 1, mode="0755")
+        os.mkdir(pod_dir, 0o700)
+        _mount(f"/proc/self/fd/{fd}", str(pod_dir), None, MS_BIND, "")
+        _mount(None, str(backend_root), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "")
+    finally:
+        os.close(fd)
 
 
 def umount(target: str) -> None:

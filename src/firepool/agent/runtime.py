@@ -29,7 +29,7 @@ from firepool.agent import deps, fetch, procfs, unpack
 from firepool.agent.cgroups import PodCgroups
 from firepool.agent.entry import python_entry
 from firepool.agent.events import EventPusher
-from firepool.agent.isolation import Scratch
+from firepool.agent.isolation import Scratch, confine
 from firepool.agent.layout import PodLayout
 from firepool.agent.reset import ResetContext, verified_reset
 from firepool.agent.spawner import ZygoteClient, ZygoteExit
@@ -40,6 +40,7 @@ from firepool.protocol import (
     AttemptStatus,
     ExitEvent,
     Health,
+    IsolationMode,
     LaunchFailedError,
     LaunchMode,
     LaunchRequest,
@@ -86,6 +87,7 @@ class Agent:
         self.start_ticks = procfs.boot_ticks_now() - 1
         self.marker_value = config.marker or f"{config.pod}.{secrets.token_hex(8)}"
         self.marker = f"{MARKER_VAR}={self.marker_value}".encode()
+        self.confined = self._confine()
         shm_mib = config.memory_limit_mib or 2048
         self.scratch = Scratch(
             config.isolation,
@@ -113,6 +115,20 @@ class Agent:
         )
         self.zygote.join(self.cgroups.procs_files)
 
+    def _confine(self) -> bool:
+        cfg = self.config
+        root = Path(cfg.backend_root) if cfg.backend_root else None
+        if cfg.isolation is IsolationMode.WEAK or root is None or self.layout.root.parent != root:
+            if cfg.isolation is not IsolationMode.WEAK:
+                log.warning("pod dir is not directly under the backend root: not confined")
+            return False
+        try:
+            confine(root, self.layout.root)
+        except OSError as exc:
+            log.error("cannot hide other pods and the backend's state from jobs: %s", exc)
+            return False
+        return True
+
     # ------------------------------------------------------------------ health
 
     def health(self) -> Health:
@@ -131,6 +147,7 @@ class Agent:
                 warm_modules=self.zygote.modules,
                 devices=list(self.config.devices),
                 pid=self.pid,
+                confined=self.confined,
                 scratch_releasing=not self.scratch.released,
                 last_scratch_release_ms=round(self.scratch.last_release_ms, 3),
             )

@@ -7,10 +7,13 @@ then starts `python -m firepool.agent` in a new session, inside a private mount 
 once per backend and is logged; where no namespace can be had, pods run in an explicit, logged
 weaker mode (per-pod TMPDIR, shared /dev/shm).
 
-Every pod has a state file (`<root>/<pod>/state.json`, 0600) holding its record: agent URL,
+Every pod has a state file (`<root>/.state/<pod>.pod.json`, 0600) holding its record: agent URL,
 secret, devices and annotations (owner, hold...). A new backend over the same root rebuilds its
 pods from these files and checks each process is still the pod it claims to be (by the pod's
-environment marker), so a restarted broker keeps its warm pods and their owner holds.
+environment marker), so a restarted broker keeps its warm pods and their owner holds. State
+files and agent configs hold pod secrets, so they live outside the pod directories, and in
+private mode each agent covers the whole root in its namespace except its own pod directory:
+a job sees neither the secrets nor any other pod.
 """
 
 from __future__ import annotations
@@ -86,6 +89,8 @@ class LocalBackend(BaseBackend):
         `FIREPOOL_VOLUME_<NAME>`. `faults` is the agent's test hook (see AgentConfig)."""
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
+        self.state_dir = self.root / ".state"
+        self.state_dir.mkdir(mode=0o700, exist_ok=True)
         self.python = python
         self.shutdown_grace_s = shutdown_grace_s
         self.verify_timeout_s = verify_timeout_s
@@ -132,7 +137,10 @@ class LocalBackend(BaseBackend):
     # ------------------------------------------------------------------ state files
 
     def _state_file(self, name: str) -> Path:
-        return self.root / name / "state.json"
+        return self.state_dir / f"{name}.pod.json"
+
+    def _config_file(self, name: str) -> Path:
+        return self.state_dir / f"{name}.agent.json"
 
     def _save(self, record: PodRecord) -> None:
         path = self._state_file(record.name)
@@ -144,7 +152,7 @@ class LocalBackend(BaseBackend):
         self._records[record.name] = record
 
     def _load(self) -> None:
-        for path in sorted(self.root.glob("*/state.json")):
+        for path in sorted(self.state_dir.glob("*.pod.json")):
             try:
                 record = PodRecord.model_validate_json(path.read_text())
             except (OSError, ValueError) as exc:
@@ -195,6 +203,8 @@ class LocalBackend(BaseBackend):
     def _create(self, req: PodCreate) -> PodRecord:
         pool = req.pool
         name = req.name or f"{pool.name}-{secrets.token_hex(4)}"
+        if name.startswith(".") or "/" in name:
+            raise ConfigError(f"bad pod name {name!r}", field="name")
         if name in self._records or name in self._deleting:
             raise ConfigError(f"pod {name} already exists", field="name")
         devices, device_mib = self._allocate(req)
@@ -211,6 +221,7 @@ class LocalBackend(BaseBackend):
             pod=name,
             secret=secret,
             pod_dir=str(pod_dir),
+            backend_root=str(self.root),
             marker=marker,
             callback_url=req.callback_url,
             isolation=self.isolation,
@@ -232,7 +243,7 @@ class LocalBackend(BaseBackend):
             ),
             extra_env=volume_env,
         )
-        config_path = pod_dir / "agent.json"
+        config_path = self._config_file(name)
         fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(config.model_dump_json())
@@ -354,6 +365,9 @@ class LocalBackend(BaseBackend):
             with contextlib.suppress(OSError):
                 Path(line).rmdir()
         shutil.rmtree(pod_dir, ignore_errors=True)
+        for path in (self._state_file(record.name), self._config_file(record.name)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
     def _sweep(self, record: PodRecord, pid_is_ours: bool) -> None:
         """SIGKILL whatever is left of the pod: its tree, its cgroup ledger, its marker."""

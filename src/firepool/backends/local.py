@@ -36,7 +36,8 @@ from typing import Literal
 from firepool.agent import procfs
 from firepool.agent.runtime import MARKER_VAR
 from firepool.backends.base import BackendCapabilities, BaseBackend, PodCreate, PodRecord
-from firepool.backends.gpus import Device, discover, fake_devices
+from firepool.backends.gpus import discover
+from firepool.backends.gpus import fake_devices as make_fake_devices
 from firepool.model import ConfigError, PodRole, UnavailableError
 from firepool.protocol import AgentConfig, Health, IsolationMode
 
@@ -105,7 +106,7 @@ class LocalBackend(BaseBackend):
         self._deleting: dict[str, PodRecord] = {}
         self._lock = asyncio.Lock()
         if fake_devices is not None:
-            self.devices, discovery = fake_devices_list(fake_devices, fake_model), "fake"
+            self.devices, discovery = make_fake_devices(fake_devices, fake_model), "fake"
         else:
             self.devices, discovery = discover()
         self._unshare: tuple[str, ...] | None = None
@@ -403,10 +404,6 @@ class LocalBackend(BaseBackend):
         """Delete every pod this backend knows (tests, `firepool serve` shutdown)."""
         for name in list(self._records):
             await self.delete(name)
-
-
-def fake_devices_list(uuids: Sequence[str], model: str) -> list[Device]:
-    return fake_devices(uuids, model)
 
 
 def _read_lines(path: Path) -> list[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from firepool.scheduling import (
     Configuration,
@@ -108,3 +110,21 @@ def test_job_with_vanishing_restart_factor_is_eventually_admitted_by_age() -> No
 def test_params_refuse_negative_p() -> None:
     with pytest.raises(InvalidRoundInputError):
         OakParams(p=-0.5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    t_queue=st.floats(0.0, 1e12),
+    alpha=st.floats(0.0, 10.0),
+    k_max=st.floats(1.0, 1e6),
+    t_progress=st.floats(0.0, 1e9),
+    t_ckpt=st.floats(0.0, 1e9),
+    p_restart=st.floats(0.0, 1e4),
+    age=st.floats(0.0, 1e9),
+)
+def test_factor_bounds(t_queue: float, alpha: float, k_max: float, t_progress: float,
+                       t_ckpt: float, p_restart: float, age: float) -> None:
+    assert 1.0 <= age_key(t_queue, alpha, k_max) <= k_max
+    assert 0.0 <= restart_factor(t_progress, t_ckpt, p_restart, age) <= 1.0
+    if t_progress == 0.0:
+        assert restart_factor(t_progress, t_ckpt, p_restart, age) == 1.0

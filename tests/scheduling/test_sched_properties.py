@@ -22,6 +22,7 @@ from firepool.scheduling import (
     make_policy,
 )
 from firepool.scheduling.assignment import assignment_value, solve_assignment
+from firepool.scheduling.milp import MIP_GAP
 from firepool.scheduling.policies.oak import oak_utilities
 from firepool.scheduling.prepare import prepare
 
@@ -98,6 +99,9 @@ def test_backends_and_reductions_agree_on_the_optimum(r: RoundInput) -> None:
         solve_assignment(prep, u, params.mu_na, backend, reduce=reduce).objective
         for backend in ("glpk", "highs") for reduce in (True, False)
     ]
-    assert max(values) - min(values) <= 1e-6 * max(1.0, abs(values[0]))
-    assert values[0] == pytest.approx(brute_force(r, params), rel=1e-9, abs=1e-9)
-    assert OakPolicy().decide(r).objective == pytest.approx(values[0], rel=1e-9, abs=1e-9)
+    # Branch and bound may stop within the configured relative gap of the optimum.
+    tol = MIP_GAP * max(1.0, abs(values[0]))
+    optimum = brute_force(r, params)
+    assert max(values) - min(values) <= tol
+    assert all(optimum - tol - 1e-9 <= v <= optimum + 1e-9 for v in values)
+    assert OakPolicy().decide(r).objective == pytest.approx(values[0], abs=tol)

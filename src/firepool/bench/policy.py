@@ -50,7 +50,9 @@ def _policy(name: str, scale: str, pollux_budget: tuple[int, int]) -> RoundPolic
 
 
 def _rounds_for(name: str, scale: str, args: argparse.Namespace) -> int:
-    slow = name in {"pollux", "oak-nsga2"}
+    if name == "pollux":
+        return int(args.pollux_rounds)
+    slow = name == "oak-nsga2"
     if scale == "small":
         return int(args.small_rounds_nsga if slow else args.small_rounds)
     return int(args.large_rounds_nsga if slow else args.large_rounds)
@@ -80,7 +82,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--small-rounds", type=int, default=200)
     parser.add_argument("--small-rounds-nsga", type=int, default=20)
     parser.add_argument("--large-rounds", type=int, default=15)
-    parser.add_argument("--large-rounds-nsga", type=int, default=3)
+    parser.add_argument("--large-rounds-nsga", type=int, default=5)
+    parser.add_argument("--pollux-rounds", type=int, default=5,
+                        help="rounds timed for Pollux at each scale (about 1.5 s each at 100x100)")
     parser.add_argument(
         "--pollux-large-budget",
         default="20x20",

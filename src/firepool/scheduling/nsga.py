@@ -186,7 +186,8 @@ def run_nsga2(
         eliminate_duplicates=False,
     )
     problem = _ChoiceProblem(space, objectives, n_obj)
-    res = minimize(problem, algorithm, ("n_gen", n_gen), seed=seed, verbose=False)
+    res = minimize(problem, algorithm, ("n_gen", n_gen), seed=seed, verbose=False,
+                   copy_algorithm=False)
     pop_x = np.asarray(res.pop.get("X"), dtype=np.int64)
     pop_f = np.asarray(res.pop.get("F"), dtype=np.float64)
     best = int(np.argmin(pop_f[:, 0]))

@@ -184,6 +184,7 @@ class Scratch:
                 umount(target)
                 mount_tmpfs(target, size)
         finally:
+            self.last_release_ms = 0.0  # this reset's figure, not an earlier one's
             if held:
                 self._releasing.clear()
                 threading.Thread(

@@ -34,3 +34,14 @@ def test_falls_back_to_highs_without_cvxopt(monkeypatch: pytest.MonkeyPatch) -> 
 def test_unknown_backend() -> None:
     with pytest.raises(SolverUnavailableError):
         resolve_backend("cplex")
+
+
+def test_milp_policies_work_without_pymoo(monkeypatch: pytest.MonkeyPatch) -> None:
+    from firepool.scheduling import OakNsga2Policy
+
+    monkeypatch.setitem(sys.modules, "firepool.scheduling.nsga_ops", None)
+    monkeypatch.setitem(sys.modules, "pymoo", None)
+    rnd = small_round(np.random.default_rng(4))
+    assert OakPolicy().decide(rnd).solver == GLPK
+    with pytest.raises(SolverUnavailableError):
+        OakNsga2Policy().decide(rnd)

@@ -12,21 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pymoo.algorithms.moo.nsga2 import NSGA2
-from pymoo.config import Config
-from pymoo.core.crossover import Crossover
-from pymoo.core.mutation import Mutation
-from pymoo.core.problem import Problem
-from pymoo.core.repair import Repair
-from pymoo.optimize import minimize
 
+from firepool.scheduling.errors import SolverUnavailableError
 from firepool.scheduling.prepare import PreparedRound
-
-Config.warnings["not_compiled"] = False
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -91,58 +82,6 @@ class ChoiceSpace:
         return np.where(on, draw, 0)
 
 
-class _ChoiceProblem(Problem):  # type: ignore[misc]
-    def __init__(self, space: ChoiceSpace, objectives: Objectives, n_obj: int) -> None:
-        super().__init__(
-            n_var=int(space.n_opts.size), n_obj=n_obj, xl=0, xu=space.n_opts, vtype=int
-        )
-        self.space = space
-        self.objectives = objectives
-
-    def _evaluate(self, x: Any, out: dict[str, Any], *args: Any, **kwargs: Any) -> None:
-        genes = np.asarray(x, dtype=np.int64)
-        out["F"] = self.objectives(self.space.decode(genes))
-
-
-class _UniformCrossover(Crossover):  # type: ignore[misc]
-    def __init__(self) -> None:
-        super().__init__(n_parents=2, n_offsprings=2)
-
-    def _do(self, problem: Any, x: Any, *args: Any, random_state: Any = None, **kwargs: Any) -> Any:
-        a, b = x[0], x[1]
-        mask = random_state.random(a.shape) < 0.5
-        return np.stack([np.where(mask, a, b), np.where(mask, b, a)])
-
-
-class _GeneMutation(Mutation):  # type: ignore[misc]
-    def __init__(self, space: ChoiceSpace, anchor: IntArray) -> None:
-        super().__init__()
-        self.space = space
-        self.anchor = anchor
-
-    def _do(self, problem: Any, x: Any, *args: Any, random_state: Any = None, **kwargs: Any) -> Any:
-        genes = np.asarray(x, dtype=np.int64).copy()
-        n_jobs = genes.shape[1]
-        rate = max(1.0 / n_jobs, 0.02)
-        flip = random_state.random(genes.shape) < rate
-        fresh = np.floor(random_state.random(genes.shape) * (self.space.n_opts + 1))
-        genes = np.where(flip, fresh.astype(np.int64), genes)
-        # Now and then pull an individual back to the current allocation (cheap stability).
-        back = random_state.random(genes.shape[0]) < 0.05
-        genes[back] = self.anchor
-        return genes
-
-
-class _CapacityRepair(Repair):  # type: ignore[misc]
-    def __init__(self, space: ChoiceSpace) -> None:
-        super().__init__()
-        self.space = space
-
-    def _do(self, problem: Any, x: Any, *args: Any, random_state: Any = None, **kwargs: Any) -> Any:
-        rng = random_state if random_state is not None else np.random.default_rng(0)
-        return self.space.repair(np.asarray(x, dtype=np.int64), rng)
-
-
 @dataclass(frozen=True, slots=True)
 class NsgaResult:
     choice: IntArray  # per job option index or -1
@@ -164,6 +103,11 @@ def run_nsga2(
     `seeds` are option-index choices (e.g. the current allocation, a greedy one) placed in the
     initial population, as Pollux seeds its search with the previous round's allocations.
     """
+    try:
+        from firepool.scheduling import nsga_ops
+    except ImportError as exc:
+        raise SolverUnavailableError("NSGA-II needs pymoo 0.6 (extra 'solvers')",
+                                     field="policy") from exc
     space = ChoiceSpace.of(prep)
     if prep.n_jobs == 0 or prep.n_options == 0:
         empty = np.full(prep.n_jobs, -1, dtype=np.int64)
@@ -177,16 +121,16 @@ def run_nsga2(
     initial = np.vstack([*(s[None, :] for s in seeded), pool]) if seeded else pool
     initial = space.repair(initial, rng)
     anchor = space.encode(prep.current_option())
-    algorithm = NSGA2(
+    algorithm = nsga_ops.NSGA2(
         pop_size=pop_size,
         sampling=initial,
-        crossover=_UniformCrossover(),
-        mutation=_GeneMutation(space, anchor),
-        repair=_CapacityRepair(space),
+        crossover=nsga_ops.UniformCrossover(),
+        mutation=nsga_ops.GeneMutation(space, anchor),
+        repair=nsga_ops.CapacityRepair(space),
         eliminate_duplicates=False,
     )
-    problem = _ChoiceProblem(space, objectives, n_obj)
-    res = minimize(problem, algorithm, ("n_gen", n_gen), seed=seed, verbose=False,
+    problem = nsga_ops.ChoiceProblem(space, objectives, n_obj)
+    res = nsga_ops.minimize(problem, algorithm, ("n_gen", n_gen), seed=seed, verbose=False,
                    copy_algorithm=False)
     pop_x = np.asarray(res.pop.get("X"), dtype=np.int64)
     pop_f = np.asarray(res.pop.get("F"), dtype=np.float64)

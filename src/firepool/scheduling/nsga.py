@@ -10,6 +10,7 @@ pymoo's own bookkeeping. Runs are deterministic for a seed.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -104,7 +105,7 @@ def run_nsga2(
     initial population, as Pollux seeds its search with the previous round's allocations.
     """
     try:
-        from firepool.scheduling import nsga_ops
+        nsga_ops = importlib.import_module("firepool.scheduling.nsga_ops")
     except ImportError as exc:
         raise SolverUnavailableError("NSGA-II needs pymoo 0.6 (extra 'solvers')",
                                      field="policy") from exc

@@ -23,12 +23,20 @@ from firepool.demo.report import figures, print_tables
 ARMS = ("on", "off", "fresh")
 
 
+def _scratch_root() -> Path:
+    """Outside /tmp: a pod's private mount namespace covers /tmp only when its own state lives
+    elsewhere (otherwise pods run with private /dev/shm but a shared /tmp)."""
+    root = Path.home() / ".cache" / "firepool"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 async def _run(seed: int, scale: float, cap: int, workloads: list[str] | None) -> list[Any]:
     chosen = [w for w in WORKLOADS if workloads is None or w.name in workloads]
     total = sum(count_jobs(w, seed) for w in chosen) * len(ARMS)
     results = []
     with (
-        tempfile.TemporaryDirectory(prefix="firepool-demo-") as tmp,
+        tempfile.TemporaryDirectory(prefix="firepool-demo-", dir=_scratch_root()) as tmp,
         Progress(
             TextColumn("{task.description}"),
             BarColumn(),

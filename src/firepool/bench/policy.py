@@ -134,7 +134,7 @@ def main(argv: list[str]) -> int:
             rows.append(
                 (
                     label,
-                    f"p50 {p50:.2f} ms / p95 {p95:.2f} ms",
+                    f"p50 {p50:.2f} / p95 {p95:.2f} ms (cpu p50 {median(cpu):.2f})",
                     f"<= {target:g} ms" if target else "-",
                 )
             )

@@ -1,11 +1,30 @@
-"""The REST API (FastAPI): thin routers over services over the store and package store."""
+"""The REST API (FastAPI): thin routers over services over the store and package store.
+
+Names are loaded on first use, so that importing `firepool.api.schemas` (the SDK does, for the
+response models) does not pull in FastAPI and the store.
+"""
 
 from __future__ import annotations
 
-from firepool.api.app import create_app
-from firepool.api.auth import TokenAuthenticator, issue_token
-from firepool.api.hooks import BrokerHooks, NoHooks
-from firepool.api.logs import FileLogSource, LogChunk, LogSource
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from firepool.api.app import create_app
+    from firepool.api.auth import TokenAuthenticator, issue_token
+    from firepool.api.hooks import BrokerHooks, NoHooks
+    from firepool.api.logs import FileLogSource, LogChunk, LogSource
+
+_WHERE = {
+    "create_app": "firepool.api.app",
+    "TokenAuthenticator": "firepool.api.auth",
+    "issue_token": "firepool.api.auth",
+    "BrokerHooks": "firepool.api.hooks",
+    "NoHooks": "firepool.api.hooks",
+    "FileLogSource": "firepool.api.logs",
+    "LogChunk": "firepool.api.logs",
+    "LogSource": "firepool.api.logs",
+}
 
 __all__ = [
     "BrokerHooks",
@@ -17,3 +36,10 @@ __all__ = [
     "create_app",
     "issue_token",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'firepool.api' has no attribute {name!r}")
+    return getattr(import_module(module), name)

@@ -6,6 +6,13 @@ Requests use the shared `JobSpec`; everything here derives from the one strict b
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+if TYPE_CHECKING:
+    from firepool.store import JobRecord
+
 from firepool.model import (
     AcquisitionPath,
     ErrorCode,
@@ -14,7 +21,6 @@ from firepool.model import (
     PoolSpec,
     StrictModel,
 )
-from firepool.store import JobRecord
 
 
 class ErrorOut(StrictModel):
@@ -111,3 +117,23 @@ class LogsOut(StrictModel):
 
 class HealthOut(StrictModel):
     status: str
+
+
+class PodView(StrictModel):
+    """A pod in the pod list; owner and session only on the caller's own pods."""
+
+    name: str
+    pool: str
+    role: str
+    state: str
+    owner: str | None = None  # shown only for the caller's own pods
+    queue: str | None = None
+    lease_tag: str | None = None
+    group: str | None = None
+    job: str | None = None
+    hold_until: float | None = None
+    created_at: float
+
+
+class PodList(StrictModel):
+    pods: list[PodView] = Field(default_factory=list)

@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from firepool.api.schemas import JobOut
+    from firepool.api.schemas import JobOut, PodView
     from firepool.model import PoolSpec
-    from firepool.service.routes import PodOut
 
 STATE_STYLE = {
     "QUEUED": "yellow",
@@ -72,7 +71,7 @@ def jobs_table(jobs: Sequence[JobOut], now: float | None = None) -> Table:
     return table
 
 
-def pods_table(pods: Sequence[PodOut], now: float | None = None) -> Table:
+def pods_table(pods: Sequence[PodView], now: float | None = None) -> Table:
     now = time.time() if now is None else now
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("NAME", no_wrap=True)

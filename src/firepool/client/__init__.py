@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from firepool.api.schemas import JobOut as Job
     from firepool.api.schemas import LogsOut, PackageOut
+    from firepool.api.schemas import PodView as PodInfo
     from firepool.client.aio import AsyncClient
     from firepool.client.calls import SubmitOptions
     from firepool.client.config import ClientConfig, LocalDefaults, local_defaults, resolve
@@ -24,13 +25,12 @@ if TYPE_CHECKING:
     from firepool.client.packaging import Package, load_package, zip_directory
     from firepool.client.session import Session
     from firepool.client.sync import Client
-    from firepool.service.routes import PodOut as PodInfo
 
 _EXPORTS: dict[str, tuple[str, str]] = {
     "Job": ("firepool.api.schemas", "JobOut"),
     "LogsOut": ("firepool.api.schemas", "LogsOut"),
     "PackageOut": ("firepool.api.schemas", "PackageOut"),
-    "PodInfo": ("firepool.service.routes", "PodOut"),
+    "PodInfo": ("firepool.api.schemas", "PodView"),
     "AsyncClient": ("firepool.client.aio", "AsyncClient"),
     "Client": ("firepool.client.sync", "Client"),
     "SubmitOptions": ("firepool.client.calls", "SubmitOptions"),

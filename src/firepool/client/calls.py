@@ -18,10 +18,9 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel
 
-from firepool.api.schemas import JobListOut, JobOut, LogsOut, PackageOut, PoolListOut
+from firepool.api.schemas import JobListOut, JobOut, LogsOut, PackageOut, PodList, PoolListOut
 from firepool.client.errors import error_from_response
 from firepool.model import JobKind, JobSpec, JobState, Topology
-from firepool.service.routes import PodList
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 

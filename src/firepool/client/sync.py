@@ -20,7 +20,7 @@ from typing import Any, TypeVar, Unpack
 import httpx
 from pydantic import BaseModel
 
-from firepool.api.schemas import JobOut
+from firepool.api.schemas import JobOut, PodView
 from firepool.client import calls
 from firepool.client.base import DEFAULT_TIMEOUT, ClientBase, is_digest
 from firepool.client.errors import WaitTimeoutError, unreachable
@@ -28,7 +28,6 @@ from firepool.client.packaging import load_package
 from firepool.client.polling import Backoff, LogCursor, Step
 from firepool.client.session import session_defaults
 from firepool.model import JobSpec, JobState, PoolSpec
-from firepool.service.routes import PodOut
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -183,5 +182,5 @@ class Client(ClientBase):
     def pools(self) -> builtins.list[PoolSpec]:
         return self._send(calls.pools()).pools
 
-    def pods(self) -> builtins.list[PodOut]:
+    def pods(self) -> builtins.list[PodView]:
         return self._send(calls.pods()).pods

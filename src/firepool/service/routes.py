@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
-from pydantic import Field
 
 from firepool.api.context import Authed
+from firepool.api.schemas import PodList, PodView
 from firepool.model import NotFoundError, StrictModel, UnauthorizedError
 from firepool.protocol import ExitEvent
 
@@ -20,24 +20,6 @@ if TYPE_CHECKING:
 
 class EventAck(StrictModel):
     accepted: bool
-
-
-class PodOut(StrictModel):
-    name: str
-    pool: str
-    role: str
-    state: str
-    owner: str | None = None  # shown only for the caller's own pods
-    queue: str | None = None
-    lease_tag: str | None = None
-    group: str | None = None
-    job: str | None = None
-    hold_until: float | None = None
-    created_at: float
-
-
-class PodList(StrictModel):
-    pods: list[PodOut] = Field(default_factory=list)
 
 
 def _pod_secret(broker: Broker, request: Request, pod: str | None) -> str:
@@ -71,12 +53,12 @@ def service_router(broker: Broker) -> APIRouter:
     @router.get("/v1/pods", response_model=PodList, tags=["pods"])
     async def list_pods(session: Authed) -> PodList:
         """Every pod the broker tracks; owners and sessions only on the caller's own pods."""
-        out: list[PodOut] = []
+        out: list[PodView] = []
         for spec in broker.specs.values():
             for pod in broker.tracker.pool_pods(spec.name):
                 mine = pod.owner == session.caller
                 out.append(
-                    PodOut(
+                    PodView(
                         name=pod.name,
                         pool=pod.pool,
                         role=pod.role.value,

@@ -83,7 +83,7 @@ def solve_assignment(
     *,
     reduce: bool = True,
 ) -> Assignment:
-    """Optimal one-option-per-job choice for the utilities (exact, via the MILP backends).
+    """Optimal one-option-per-job choice for the utilities (within the MILP gap, `MIP_GAP`).
 
     `reduce` applies the exact dominance reduction first (tests compare both paths).
     """

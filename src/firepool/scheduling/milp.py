@@ -103,7 +103,7 @@ def resolve_backend(backend: str | None) -> str:
 
 
 def solve(problem: Milp, backend: str | None = None, *, relax: bool = False) -> MilpSolution:
-    """Solve `problem` to optimality with the chosen (or best available) backend.
+    """Solve `problem` (optimal within `MIP_GAP`) with the chosen or best available backend.
 
     `relax` solves the LP relaxation instead: binaries become continuous in [0, 1].
     """

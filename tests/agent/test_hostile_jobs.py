@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pod_helpers import (
@@ -277,6 +278,13 @@ def _escape(record: PodRecord, marker_line: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         ["sleep", "1000"], env={**os.environ, name: value}, start_new_session=True
     )
+    # Stop it only once it runs `sleep` with its own environment: stopped between fork and
+    # exec, /proc would still show this test's environment, without the marker.
+    needle = f"{name}={value}".encode()
+    deadline = time.monotonic() + 5
+    while needle not in Path(f"/proc/{proc.pid}/environ").read_bytes():
+        assert time.monotonic() < deadline, "the stray process never exec'd"
+        time.sleep(0.001)
     os.kill(proc.pid, signal.SIGSTOP)
     return proc
 

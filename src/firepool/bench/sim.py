@@ -23,8 +23,17 @@ def events_per_s(seconds: float = 3.0) -> float:
     t0 = time.perf_counter()
     seed = 0
     while time.perf_counter() - t0 < seconds:
-        r = sessions_cell("production-cpu", "bursty", "on", seed, 7200.0, 60.0,
-                          idle_timeout=60.0, min_count=0, max_idle_count=16)
+        r = sessions_cell(
+            "production-cpu",
+            "bursty",
+            "on",
+            seed,
+            7200.0,
+            60.0,
+            idle_timeout=60.0,
+            min_count=0,
+            max_idle_count=16,
+        )
         events += int(r["events"])
         seed += 1
     return events / (time.perf_counter() - t0)
@@ -54,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             loops = time.perf_counter() - t0
         result["oak_table_grid_s"] = grid
         result["loops_10_repeats_s"] = loops
-        rows += [("oak-table grid (s)", f"{grid:.1f}", "<= 180 on 2 cores"),
-                 ("loops, 10 repeats (s)", f"{loops:.1f}", "")]
+        rows += [
+            ("oak-table grid (s)", f"{grid:.1f}", "<= 180 on 2 cores"),
+            ("loops, 10 repeats (s)", f"{loops:.1f}", ""),
+        ]
     print_table("simulator", rows)
     write_json(args.json_path, result)
     return 0

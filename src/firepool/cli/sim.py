@@ -119,12 +119,27 @@ def oak_sweep(
     out: str = _OUT,
     seeds: int = typer.Option(5, "--seeds"),
     policies: str = typer.Option("oak,sia,pollux,gavel,drf,oak-nsga2", "--policies"),
+    workloads: str = typer.Option("medium,congestion", "--workloads"),
+    lambdas: str = typer.Option("0,0.02,0.05,0.1,0.15", "--lambdas"),
     workers: int | None = _WORKERS,
 ) -> None:
-    """Lambda up to 0.15 with Pollux, Gavel, DRF and the NSGA-II hybrid (section V-C, V-E)."""
+    """Lambda up to 0.15 with Pollux, Gavel, DRF and the NSGA-II hybrid (section V-C, V-E).
+
+    Pollux (NSGA-II 100 x 100) and Gavel take seconds per round and a medium or congestion run
+    has thousands of rounds: give them few seeds or the small workload.
+    """
     from firepool.sim.experiments.oak import run_oak_sweep
 
-    _done(run_oak_sweep(out, seeds, workers, policies=tuple(policies.split(","))))
+    _done(
+        run_oak_sweep(
+            out,
+            seeds,
+            workers,
+            policies=tuple(policies.split(",")),
+            workloads=tuple(workloads.split(",")),
+            lams=tuple(float(x) for x in lambdas.split(",")),
+        )
+    )
 
 
 @sim_app.command()

@@ -138,3 +138,24 @@ def test_lengths_and_oak_experiments_smoke(tmp_path: Path) -> None:
                   policies=("oak", "drf"))
     for name in ("lengths", "oak-table", "oak-ablation", "oak-sweep"):
         assert (tmp_path / f"{name}.png").exists() and (tmp_path / f"{name}.json").exists()
+
+
+def test_relative_load_workload_is_read_at_run_time(tmp_path: Path) -> None:
+    from firepool.sim.trainloads import relative_load_workload
+
+    csv = tmp_path / "workload-1.csv"
+    csv.write_text("name,time,application,num_replicas,batch_size\n"
+                   "cifar10-0,0,cifar10,2,256\nbert-1,120,bert,4,96\n")
+    jobs = relative_load_workload(csv)
+    assert [(j.app, j.arrival, j.max_replicas) for j in jobs] == [
+        ("cifar10", 0.0, 2), ("bert", 120.0, 4)]
+    res = simulate(make_policy("oak"), jobs, lam=0.0, seed=0)
+    assert res.unfinished == 0
+
+
+def test_calibrate_measures_the_local_backend(tmp_path: Path) -> None:
+    out = tmp_path / "venue.json"
+    result = CliRunner().invoke(sim_app, ["calibrate", "--out", str(out), "--pods", "2"])
+    assert result.exit_code == 0, result.output
+    venue = load_venue(str(out))
+    assert venue.name == "local-measured" and venue.create.median > 0.0

@@ -134,6 +134,14 @@ class ClaimRequest:
     image: str | None = None
     image_pinned: bool = False
     queued_at: float = 0.0
+    # Derived once, outside the tracker's lock: the claim path only reads them.
+    session: tuple[str, str, str, str | None] = field(init=False, repr=False, compare=False)
+    simple: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "session", (self.caller, self.queue, self.tag, self.image))
+        simple = self.pods == 1 and not self.single_use and self.image is None
+        object.__setattr__(self, "simple", simple)
 
 
 class LeasedPod(NamedTuple):

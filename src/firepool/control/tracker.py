@@ -109,6 +109,7 @@ class _PoolIndex:
 
     __slots__ = (
         "dedicated_idle",
+        "fast",
         "fresh",
         "gpu",
         "held_by_caller",
@@ -124,6 +125,7 @@ class _PoolIndex:
         self.spec = spec
         self.gpu = spec.is_gpu
         self.limited = False
+        self.fast = not self.gpu
         self.pods: dict[str, None] = {}
         self.fresh: dict[str, None] = {}
         self.standby: dict[str, None] = {}
@@ -141,6 +143,7 @@ class _PoolIndex:
             or spec.max_gpus_per_caller is not None
             or (spec.is_gpu and tracker_gpu_limit is not None)
         )
+        self.fast = not self.gpu and not self.limited  # the inlined one-pod CPU claim applies
 
 
 Candidate = tuple[Pod, AcquisitionPath, AcquisitionReason]
@@ -344,15 +347,7 @@ class Tracker:
         """
         with self._lock:
             index = self._pools.get(req.pool)
-            if (
-                index is None
-                or req.pods != 1
-                or index.gpu
-                or index.limited
-                or req.single_use
-                or req.image is not None
-                or req.job in self._jobs
-            ):
+            if index is None or not (req.simple and index.fast) or req.job in self._jobs:
                 outcome = self._claim_locked(req, now)
             else:
                 one = self._claim_one_cpu(index, req, now)
@@ -378,7 +373,7 @@ class Tracker:
         caller = req.caller
         pods = self._pods
         held = index.held_by_session
-        key = (caller, req.queue, req.tag, None)
+        key = req.session
         bucket = held.get(key)
         if bucket:
             name = next(reversed(bucket))

@@ -25,6 +25,7 @@ from pod_helpers import (
 )
 
 from firepool.agent import procfs
+from firepool.agent.isolation import needed_under_tmp
 from firepool.backends.base import PodBackend, PodCreate
 from firepool.backends.local import LocalBackend
 from firepool.model import PodRole, PoolSpec, UnavailableError
@@ -56,9 +57,11 @@ def test_create_ready_delete_leaves_nothing() -> None:
         assert record.agent_url.startswith("http://127.0.0.1:")
         health = loop.run(backend.wait_ready(record.name))
         assert health.ok and health.pod == record.name
-        expected = (
-            IsolationMode.PRIVATE if backend.capabilities.private_scratch else IsolationMode.WEAK
-        )
+        expected = IsolationMode.WEAK
+        if backend.capabilities.private_scratch:
+            # A private /tmp needs everything the pod runs from to live elsewhere.
+            hidden = needed_under_tmp(root / record.name / "tmp")
+            expected = IsolationMode.PRIVATE_SHM if hidden else IsolationMode.PRIVATE
         assert health.isolation is expected
         cgroups = _cgroup_dirs(root / record.name)
         client = backend.agent(record)

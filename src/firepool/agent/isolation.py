@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -95,6 +96,21 @@ def pristine(target: str) -> bool:
         return False
 
 
+def needed_under_tmp(pod_tmp: Path) -> list[str]:
+    """What a private tmpfs over /tmp would hide from the pod: its own directory, or the
+    interpreter and the broker's code (a checkout or virtual environment under /tmp)."""
+    tmp = Path("/tmp")
+    import firepool  # the agent's own package: jobs and dependency installs need it
+
+    needed = {
+        "the pod directory": pod_tmp,
+        "the Python environment": Path(sys.prefix).resolve(),
+        "the Python interpreter": Path(sys.executable).resolve(),
+        "firepool's code": Path(firepool.__file__).resolve().parent,
+    }
+    return [what for what, path in needed.items() if _is_under(path, tmp)]
+
+
 def _is_under(path: Path, parent: Path) -> bool:
     try:
         path.resolve().relative_to(parent.resolve())
@@ -143,13 +159,15 @@ class Scratch:
             if self.work is not None:
                 mount_tmpfs(str(self.work), self.work_mib)
                 self.mounts.append((str(self.work), self.work_mib))
-            if _is_under(self.pod_tmp, Path("/tmp")):
+            host_paths = needed_under_tmp(self.pod_tmp)
+            if host_paths:
                 mount_tmpfs(str(self.pod_tmp), self.tmp_mib)
                 self.mounts.append((str(self.pod_tmp), self.tmp_mib))
                 self.mode = IsolationMode.PRIVATE_SHM
                 log.warning(
-                    "pod directory is under /tmp: /dev/shm is private, /tmp is shared; "
+                    "%s under /tmp: /dev/shm is private, /tmp is shared; "
                     "jobs get TMPDIR=%s (a private tmpfs)",
+                    " and ".join(host_paths),
                     self.pod_tmp,
                 )
             else:

@@ -33,6 +33,7 @@ def _serve(data_dir: str, ready: Any, stop: Any) -> None:
     from firepool.api.server import ServedApp
     from firepool.model import PoolSpec
     from firepool.packages import DiskPackageStore
+    from firepool.service.tuning import tune_gc_for_serving
     from firepool.store import open_store
 
     root = Path(data_dir)
@@ -41,6 +42,7 @@ def _serve(data_dir: str, ready: Any, stop: Any) -> None:
         store, DiskPackageStore(root / "packages"), [PoolSpec(name="cpu")], data_dir=root
     )
     token = issue_token(store, "bench")
+    tune_gc_for_serving()  # as `firepool serve` does
     with ServedApp(app) as served:
         ready.put((served.url, token, os.getpid()))
         stop.wait()

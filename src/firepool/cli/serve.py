@@ -62,6 +62,7 @@ def serve(
             isolation=isolation,  # type: ignore[arg-type]
             fake_devices=fakes,
             delete_pods_on_exit=delete_pods,
+            tune_gc=True,
         ) as broker:
             log.info("serving on %s (data dir %s); token in %s", broker.url, root, root / "token")
             typer.echo(f"firepool serving on {broker.url}", err=True)

@@ -26,6 +26,7 @@ from firepool.packages.disk import DiskPackageStore
 from firepool.service.broker import Broker, BrokerConfig
 from firepool.service.catalog import Catalog, machine_catalog
 from firepool.service.routes import service_router
+from firepool.service.tuning import tune_gc_for_serving
 from firepool.store import SqlJobStore, open_store
 from firepool.store.tokens import hash_token
 
@@ -47,6 +48,7 @@ class EmbeddedBroker:
         fake_devices: Sequence[str] | None = None,
         faults: Sequence[str] = (),
         delete_pods_on_exit: bool = True,
+        tune_gc: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.store_url = store_url
@@ -59,6 +61,7 @@ class EmbeddedBroker:
         self.fake_devices = fake_devices
         self.faults = tuple(faults)
         self.delete_pods_on_exit = delete_pods_on_exit
+        self.tune_gc = tune_gc  # for a process that is the broker (firepool serve)
         self.url = ""
         self.token = ""
 
@@ -118,6 +121,8 @@ class EmbeddedBroker:
         self.token = await asyncio.to_thread(self._default_token)
         (self.data_dir / "url").write_text(self.url + "\n")
         await self.broker.start(self.url)
+        if self.tune_gc:
+            tune_gc_for_serving()
         return self
 
     def _default_token(self) -> str:

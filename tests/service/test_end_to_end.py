@@ -270,3 +270,23 @@ def test_budget_is_never_exceeded_under_200_concurrent_submissions(
         assert len(ids) == 200 and len(finals) == 200
         assert all(f["state"] == "SUCCEEDED" for f in finals)
         assert peak["used"] <= 3 and peak["pods"] <= 3
+
+
+def test_a_pod_whose_agent_dies_is_lost_and_replaced(broker: BrokerThread) -> None:
+    import os
+    import signal
+
+    with broker.client() as c:
+        job_id = submit(c, command=py("import time; time.sleep(60)"), lease_tag="s")
+        deadline = time.monotonic() + 20
+        while c.get(f"/v1/jobs/{job_id}").json()["state"] != "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        pod = c.get(f"/v1/jobs/{job_id}").json()["pods"][0]["name"]
+        pid = broker.call(lambda: broker.embedded.broker.pods.records[pod].pid)
+        os.kill(pid, signal.SIGKILL)
+        job = wait_job(c, job_id, timeout=30)
+        assert (job["state"], job["error_class"], job["exit_code"]) == ("FAILED", "PodLost", None)
+        assert gone(broker, pod)  # never reused: deleted with whatever it left behind
+        again = run(c, command=py("pass"), lease_tag="s")
+        assert again["state"] == "SUCCEEDED" and pod_of(again)[0] != pod

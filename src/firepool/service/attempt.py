@@ -63,6 +63,7 @@ class AttemptRunner:
         exit_poll_s: float = 2.0,
         stop_grace_s: float = 10.0,
         log_drain_s: float = 5.0,
+        lost_after_polls: int = 3,
     ) -> None:
         self.store = store
         self.tracker = tracker
@@ -74,6 +75,7 @@ class AttemptRunner:
         self.exit_poll_s = exit_poll_s
         self.stop_grace_s = stop_grace_s
         self.log_drain_s = log_drain_s
+        self.lost_after_polls = lost_after_polls
 
     async def run(self, running: Running) -> JobRecord | None:
         """Drive the attempt to its end; returns the job as recorded after the verdict, or None
@@ -200,6 +202,7 @@ class AttemptRunner:
         job, lease = running.job, running.lease
         pending = dict(running.exits)
         events: dict[str, ExitEvent] = {}
+        silent: dict[str, int] = {}  # consecutive polls a pod's agent did not answer
         cancel_task = asyncio.ensure_future(running.cancel.wait())
         try:
             while pending:
@@ -217,7 +220,12 @@ class AttemptRunner:
                     await self._stop_all(running)
                     continue
                 if not done:
-                    await self._poll_exits(job, pending)
+                    lost = await self._poll_exits(job, pending, silent)
+                    if lost:
+                        # An agent that stays unreachable has lost its pod: stop what is left
+                        # and end the attempt; the reset fails there, so the pod is deleted.
+                        await self._stop_all(running)
+                        return AttemptEnd(pod_lost=True, message=f"pod {lost} stopped answering")
                 if pending and any(_failed(e) for e in events.values()):
                     await self._stop_all(running)
         finally:
@@ -232,16 +240,24 @@ class AttemptRunner:
         )
 
     async def _poll_exits(
-        self, job: JobRecord, pending: dict[str, asyncio.Future[ExitEvent]]
-    ) -> None:
-        """The fallback when an exit event was lost: ask the agents."""
+        self, job: JobRecord, pending: dict[str, asyncio.Future[ExitEvent]], silent: dict[str, int]
+    ) -> str | None:
+        """The fallback when an exit event was lost: ask the agents. Returns a pod whose agent
+        has not answered `lost_after_polls` polls in a row, if any."""
         for pod, fut in pending.items():
             try:
                 status = await self.pods.agent(pod).status(job.attempt)
+            except UnavailableError:
+                silent[pod] = silent.get(pod, 0) + 1
+                if silent[pod] >= self.lost_after_polls:
+                    return pod
+                continue
             except (FirepoolError, OSError):
                 continue
+            silent.pop(pod, None)
             if status.exit is not None and not fut.done():
                 fut.set_result(status.exit)
+        return None
 
     async def _stop_all(self, running: Running) -> None:
         async def stop(pod: str) -> None:

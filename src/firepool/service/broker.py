@@ -88,7 +88,7 @@ class Broker:
             logs=logs,
             clock=clock,
             package_url=lambda digest: f"{self.base_url}/internal/v1/packages/{digest}",
-            on_release=self._released,
+            on_release=self.released,
             exit_poll_s=config.exit_poll_s,
         )
         self.running: dict[str, Running] = {}
@@ -240,7 +240,7 @@ class Broker:
             self.running.pop(running.job.id, None)
             self.wake()
 
-    def _released(self, result: ReleaseResult) -> None:
+    def released(self, result: ReleaseResult) -> None:
         for retired in result.retired:
             self.pods.spawn(self.pods.delete(retired.pod))
         self._promoted(result.promoted)

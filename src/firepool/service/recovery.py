@@ -25,6 +25,7 @@ from firepool.model import (
     PodState,
 )
 from firepool.service.attempt import Running
+from firepool.store import JobRecord
 
 if TYPE_CHECKING:
     from firepool.service.broker import Broker
@@ -98,7 +99,7 @@ async def recover(broker: Broker) -> None:
         log.info("recovered %d pods and %d running jobs", len(restored), len(jobs))
 
 
-async def _recover_job(broker: Broker, job, restored: set[str]) -> None:  # type: ignore[no-untyped-def]
+async def _recover_job(broker: Broker, job: JobRecord, restored: set[str]) -> None:
     names = [b.pod for b in job.pods]
     leased = broker.tracker.job_pods(job.id)
     if names and all(n in restored for n in names) and set(leased) == set(names):
@@ -122,7 +123,7 @@ async def _recover_job(broker: Broker, job, restored: set[str]) -> None:  # type
             return
     # Pods gone, or the agent does not know the attempt: re-queue and release what is left.
     if leased:
-        broker._released(broker.tracker.release(job.id, broker.clock(), unclean=list(leased)))
+        broker.released(broker.tracker.release(job.id, broker.clock(), unclean=list(leased)))
     await asyncio.to_thread(
         broker.store.requeue, job, now=broker.clock(), error_class=ErrorCode.POD_LOST
     )

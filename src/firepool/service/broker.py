@@ -241,6 +241,7 @@ class Broker:
             self.wake()
 
     def released(self, result: ReleaseResult) -> None:
+        """Act on a release: delete retired pods, start promoted jobs, rescale, redispatch."""
         for retired in result.retired:
             self.pods.spawn(self.pods.delete(retired.pod))
         self._promoted(result.promoted)

@@ -1,5 +1,5 @@
 """Store fixtures: every store test runs on SQLite, PostgreSQL and MariaDB, each test in a
-scratch schema or database of its own on the real server (see `db_servers`)."""
+scratch schema or database of its own on the real server (see `firepool.testing.databases`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from db_servers import require
 
 from firepool.store import SqlJobStore, open_store
 from firepool.store.scratch import Scratch, scratch
+from firepool.testing.databases import require_server as require
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "mysql"])

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from db_servers import require
+
+from firepool.testing.databases import require_server as require
 
 DOWN = {"postgresql": "postgresql+psycopg://nobody@127.0.0.1:9/none", "mysql": "unused"}
 

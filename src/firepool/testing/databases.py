@@ -18,18 +18,19 @@ SERVERS = {
     "postgresql": os.environ.get("FIREPOOL_TEST_PG_URL", DEFAULT_SERVERS["postgresql"]),
     "mysql": os.environ.get("FIREPOOL_TEST_MYSQL_URL", DEFAULT_SERVERS["mysql"]),
 }
-_reachability: dict[str, str | None] = {}
+_problems: dict[str, str | None] = {}
 
 
-def require_server(kind: str) -> str | None:
+def require_server(kind: str, servers: dict[str, str] = SERVERS) -> str | None:
     """The server URL for `kind` (None for SQLite), or skip / fail the calling test."""
     if kind == "sqlite":
         return None
-    if kind not in _reachability:
-        _reachability[kind] = reachable(SERVERS[kind])
-    problem = _reachability[kind]
+    url = servers[kind]
+    if url not in _problems:
+        _problems[url] = reachable(url)
+    problem = _problems[url]
     if problem is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true and {problem}")
         pytest.skip(problem)
-    return SERVERS[kind]
+    return url

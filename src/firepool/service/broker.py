@@ -12,6 +12,7 @@ Exit events pushed by pod agents arrive through `on_exit`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -101,7 +102,8 @@ class Broker:
         self._reconcile_now = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._closing = False
-        self.dispatch_ms: list[float] = []
+        # The last dispatch passes' durations (bounded: the broker runs for months).
+        self.dispatch_ms: collections.deque[float] = collections.deque(maxlen=1024)
 
     # ------------------------------------------------------------------ life cycle
 

@@ -51,8 +51,6 @@ class PodManager:
         self.records: dict[str, PodRecord] = {}
         self._clients: dict[str, AgentClient] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.created_at: dict[str, float] = {}
-        self.ready_at: dict[str, float] = {}
 
     # ------------------------------------------------------------------ tasks
 
@@ -93,11 +91,8 @@ class PodManager:
                 )
             )
             self.records[order.pod] = record
-            self.created_at[order.pod] = self.clock()
             await self.backend.wait_ready(order.pod, timeout=self.ready_timeout_s)
-            now = self.clock()
-            self.ready_at[order.pod] = now
-            self.tracker.pod_ready(order.pod, now)
+            self.tracker.pod_ready(order.pod, self.clock())
             await self.annotate(order.pod, {"state": "idle"})
             self.on_ready()
         except Exception as exc:  # any failure: the pod never becomes supply

@@ -345,18 +345,16 @@ class Tracker:
 
         Only the index update happens under the lock; the Lease value is built after it.
         """
+        one: Candidate | None = None
         with self._lock:
             index = self._pools.get(req.pool)
-            if index is None or not (req.simple and index.fast) or req.job in self._jobs:
-                outcome = self._claim_locked(req, now)
-            else:
+            if index is not None and req.simple and index.fast and req.job not in self._jobs:
                 one = self._claim_one_cpu(index, req, now)
-                if one is not None:
-                    pod, path, reason = one
-                    return Lease(
-                        req.job, req.caller, req.pool, (LeasedPod(pod.name, path, reason, False),)
-                    )
+            if one is None:
                 outcome = self._claim_locked(req, now)
+        if one is not None:
+            pod, path, reason = one
+            return Lease(req.job, req.caller, req.pool, (LeasedPod(pod.name, path, reason, False),))
         if isinstance(outcome, WaitReason):
             return Wait(req.job, outcome)
         return Lease(

@@ -84,7 +84,10 @@ def test_sigkill_and_restart_loses_nothing_and_runs_nothing_twice(tmp_path: Path
             ).json()["id"]
             running = wait_state(bob, long, {"RUNNING"})
             assert running["pods"][0]["name"] != held
-            time.sleep(0.5)  # the attempt is past its launch
+            deadline = time.monotonic() + 30
+            while bob.get(f"/v1/jobs/{long}").json()["timings"]["started"] is None:
+                assert time.monotonic() < deadline  # wait until the attempt's process runs
+                time.sleep(0.05)
         os.killpg(server.pid, signal.SIGKILL)
         server.wait(timeout=10)
 

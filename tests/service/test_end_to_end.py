@@ -279,7 +279,8 @@ def test_a_pod_whose_agent_dies_is_lost_and_replaced(broker: BrokerThread) -> No
     with broker.client() as c:
         job_id = submit(c, command=py("import time; time.sleep(60)"), lease_tag="s")
         deadline = time.monotonic() + 20
-        while c.get(f"/v1/jobs/{job_id}").json()["state"] != "RUNNING":
+        # RUNNING is committed before the launch; `started` is stamped once the process runs.
+        while c.get(f"/v1/jobs/{job_id}").json()["timings"]["started"] is None:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         pod = c.get(f"/v1/jobs/{job_id}").json()["pods"][0]["name"]

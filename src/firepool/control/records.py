@@ -56,6 +56,7 @@ class Pod:
         "retire_after",
         "role",
         "single_use",
+        "solo",
         "state",
         "tag",
         "template",
@@ -75,6 +76,7 @@ class Pod:
         image: str | None,
     ) -> None:
         self.name = name
+        self.solo = (name,)  # the pod set of a one-pod job, built once rather than per claim
         self.pool = pool
         self.role = role
         self.group = group

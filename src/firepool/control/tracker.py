@@ -345,15 +345,49 @@ class Tracker:
 
         Only the index update happens under the lock; the Lease value is built after it.
         """
-        one: Candidate | None = None
+        pod: Pod | None = None
         with self._lock:
             index = self._pools.get(req.pool)
             if index is not None and req.simple and index.fast and req.job not in self._jobs:
-                one = self._claim_one_cpu(index, req, now)
-            if one is None:
+                # The common case, inline (a call costs ~0.1 µs of lock hold): one pod of a
+                # CPU pool without per-caller limits, the caller's own pod of the same session
+                # or a never-used one. Anything else takes the general path below.
+                caller = req.caller
+                held = index.held_by_session
+                key = req.session
+                bucket = held.get(key)
+                if bucket:
+                    name = next(reversed(bucket))
+                    pod = self._pods[name]
+                    if pod.hold_until > now:
+                        del bucket[name]
+                        if not bucket:
+                            del held[key]
+                        mine = index.held_by_caller[caller]
+                        del mine[name]
+                        if not mine:
+                            del index.held_by_caller[caller]
+                        path, reason = _P_WARM, _R_SAME_SESSION
+                    else:
+                        pod = None
+                elif caller not in index.held_by_caller and index.fresh:
+                    pod = self._pods[index.fresh.popitem()[0]]
+                    if 0 < req.queued_at <= pod.created_at:
+                        path, reason = _P_NEW, _R_NO_WARM_CAPACITY
+                    else:
+                        path, reason = _P_WARM, _R_NO_OWN_POD
+                if pod is not None:
+                    # IDLE and HELD pods, the only ones in these buckets, may become ASSIGNED.
+                    pod.state = _S_ASSIGNED
+                    job = req.job
+                    pod.job = job
+                    self._jobs[job] = pod.solo
+                    self._job_session[job] = req
+                    leased = index.leased_by_caller
+                    leased[caller] = leased.get(caller, 0) + 1
+            if pod is None:
                 outcome = self._claim_locked(req, now)
-        if one is not None:
-            pod, path, reason = one
+        if pod is not None:
             return Lease(req.job, req.caller, req.pool, (LeasedPod(pod.name, path, reason, False),))
         if isinstance(outcome, WaitReason):
             return Wait(req.job, outcome)
@@ -363,47 +397,6 @@ class Tracker:
             req.pool,
             tuple(LeasedPod(pod.name, path, reason, pod.gated) for pod, path, reason in outcome),
         )
-
-    def _claim_one_cpu(self, index: _PoolIndex, req: ClaimRequest, now: float) -> Candidate | None:
-        """The common case, inlined: one pod from a CPU pool with no per-caller limits, either
-        the caller's own pod of the same session or a never-used one. Anything else (a cross-
-        boundary pod, an expired hold, nothing free) returns None for the general path."""
-        caller = req.caller
-        pods = self._pods
-        held = index.held_by_session
-        key = req.session
-        bucket = held.get(key)
-        if bucket:
-            name = next(reversed(bucket))
-            pod = pods[name]
-            if pod.hold_until <= now:
-                return None
-            del bucket[name]
-            if not bucket:
-                del held[key]
-            mine = index.held_by_caller[caller]
-            del mine[name]
-            if not mine:
-                del index.held_by_caller[caller]
-            candidate: Candidate = (pod, _P_WARM, _R_SAME_SESSION)
-        elif caller in index.held_by_caller or not index.fresh:
-            return None
-        else:
-            name = index.fresh.popitem()[0]
-            pod = pods[name]
-            if 0 < req.queued_at <= pod.created_at:
-                candidate = (pod, _P_NEW, _R_NO_WARM_CAPACITY)
-            else:
-                candidate = (pod, _P_WARM, _R_NO_OWN_POD)
-        # IDLE and HELD pods, the only ones in these buckets, may always become ASSIGNED.
-        pod.state = _S_ASSIGNED
-        job = req.job
-        pod.job = job
-        self._jobs[job] = (name,)
-        self._job_session[job] = req
-        leased = index.leased_by_caller
-        leased[caller] = leased.get(caller, 0) + 1
-        return candidate
 
     def _claim_locked(self, req: ClaimRequest, now: float) -> list[Candidate] | WaitReason:
         index = self._pools.get(req.pool)

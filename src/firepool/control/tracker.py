@@ -100,6 +100,14 @@ POD_TRANSITIONS: dict[PodState, frozenset[PodState]] = {
     _S_RETIRING: frozenset(),
 }
 
+def _group(pod: Pod) -> str:
+    """The physical GPU of a pod in a GPU pool (where every pod has one, by construction)."""
+    group = pod.group
+    if group is None:
+        raise InvalidTransitionError(f"GPU pod {pod.name} has no group", field="group")
+    return group
+
+
 SessionKey = tuple[str, str, str, str | None]  # caller, queue, tag, custom image
 DedicatedKey = tuple[bool, str | None]  # single_use, custom image
 
@@ -478,7 +486,7 @@ class Tracker:
         taken: set[str] = set()
 
         def free(pod: Pod) -> bool:
-            grp = groups[pod.group]  # type: ignore[index]
+            grp = groups[_group(pod)]
             if pod.group in taken or grp.waiting is not None:
                 return False
             return grp.gate is None or grp.gate == pod.name
@@ -491,7 +499,7 @@ class Tracker:
                     break
                 if free(pod):
                     chosen.append((pod, _P_WARM, _R_SAME_SESSION))
-                    taken.add(pod.group)  # type: ignore[arg-type]
+                    taken.add(_group(pod))
                     if len(chosen) == n:
                         return chosen
         self._add_cross_boundary(index, req, n, now, chosen, (free, taken))
@@ -501,14 +509,14 @@ class Tracker:
             pod = pods[name]
             if free(pod):
                 chosen.append(self._fresh_candidate(pod, req))
-                taken.add(pod.group)  # type: ignore[arg-type]
+                taken.add(_group(pod))
                 if len(chosen) == n:
                     return chosen
         # Standbys: a GPU whose gate is open first (immediate promotion), then busy ones.
         busy: list[Pod] = []
         for name in index.standby:
             pod = pods[name]
-            grp = groups[pod.group]  # type: ignore[index]
+            grp = groups[_group(pod)]
             if pod.group in taken or grp.waiting is not None:
                 continue
             if grp.gate is None:
@@ -522,7 +530,7 @@ class Tracker:
             if pod.group in taken:
                 continue
             chosen.append((pod, _P_STANDBY, _R_NO_IDLE_POD))
-            taken.add(pod.group)  # type: ignore[arg-type]
+            taken.add(_group(pod))
             if len(chosen) == n:
                 return chosen
         return None
@@ -564,7 +572,7 @@ class Tracker:
             else:
                 later.append(candidate)
             if gpu is not None:
-                gpu[1].add(pod.group)  # type: ignore[arg-type]
+                gpu[1].add(_group(pod))
             if len(chosen) + len(later) >= n:
                 break
         chosen.extend(later[: n - len(chosen)])

@@ -117,6 +117,7 @@ class LocalBackend(BaseBackend):
         mode = "private (mount namespace)" if self._unshare else "weak (shared /dev/shm, /tmp)"
         log.info("local backend at %s: isolation %s, devices %s via %s",
                  self.root, mode, [d.uuid for d in self.devices], discovery)  # fmt: skip
+        self._isolation_reported = False
         self._capabilities = BackendCapabilities(
             name="local",
             private_scratch=self._unshare is not None,
@@ -299,8 +300,11 @@ class LocalBackend(BaseBackend):
         health = await super().wait_ready(name, timeout)
         record = self._records[name]
         if health.isolation.value != record.isolation:
-            log.warning("pod %s runs with isolation %s (asked for %s)",
-                        name, health.isolation.value, record.isolation)  # fmt: skip
+            # Said once per backend: every pod of a host gets the same answer.
+            level = logging.INFO if self._isolation_reported else logging.WARNING
+            self._isolation_reported = True
+            log.log(level, "pod %s runs with isolation %s (asked for %s)",
+                    name, health.isolation.value, record.isolation)  # fmt: skip
             async with self._lock:
                 self._save(record.model_copy(update={"isolation": health.isolation.value}))
         return health

@@ -6,11 +6,8 @@ import io
 import os
 import shutil
 import signal
-import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pod_helpers import (
@@ -32,10 +29,9 @@ from firepool.model import PodRole, PoolSpec, UnavailableError
 from firepool.protocol import (
     IsolationMode,
     LaunchRequest,
-    PackageRef,
     RequirementsRef,
-    sha256_digest,
 )
+from firepool.testing.packages import PackageServer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -140,23 +136,6 @@ def test_weak_isolation_is_explicit_and_uses_pod_tmpdir() -> None:
         assert "weaker isolation" in (root / record.name / "agent.log").read_text()
 
 
-class _Serve:
-    def __init__(self, data: bytes) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/pkg"
-
-
 def _wheel(dir: Path) -> Path:
     path = dir / "fpdemo-1.0-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as zf:
@@ -198,8 +177,8 @@ def test_package_is_fetched_unpacked_and_cached_per_pod() -> None:
         zf.writestr("main.py", "import helper; print(helper.VALUE)")
         zf.writestr("helper.py", "VALUE = 'from-package'")
     data = buf.getvalue()
-    serve = _Serve(data)
-    ref = PackageRef(digest=sha256_digest(data), url=serve.url)
+    serve = PackageServer(data)
+    ref = serve.ref
     try:
         with backend_at("pkg") as (backend, loop, _root):
             _record, client = loop.run(make_pod(backend, CPU))
@@ -215,8 +194,7 @@ def test_package_is_fetched_unpacked_and_cached_per_pod() -> None:
                 assert loop.run(read_log(client, attempt)).strip() == "from-package"
                 assert loop.run(client.reset()).clean
     finally:
-        serve.server.shutdown()
-        serve.server.server_close()
+        serve.close()
 
 
 def test_volumes_marked_for_wiping_are_emptied_and_caches_kept() -> None:

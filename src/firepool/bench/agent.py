@@ -21,10 +21,8 @@ import importlib.util
 import io
 import os
 import shutil
-import threading
 import time
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,8 @@ from firepool.backends.local import LocalBackend
 from firepool.bench.common import machine, percentile, print_table, write_json
 from firepool.bench.reset import bench_root, fmt, new_pod, run_to_exit
 from firepool.model import PoolSpec
-from firepool.protocol import LaunchRequest, PackageRef, sha256_digest
+from firepool.protocol import LaunchRequest, PackageRef
+from firepool.testing.packages import PackageServer
 
 STAMP = "import time; print(time.monotonic(), flush=True)"
 TORCH_STAMP = "import torch, time; print(time.monotonic(), flush=True)"
@@ -68,30 +67,6 @@ def make_package(size_mb: int) -> bytes:
         for i in range(size_mb):
             zf.writestr(f"data/blob{i}.bin", os.urandom(1 << 20))
     return buf.getvalue()
-
-
-class _PackageServer:
-    """Serves one package the way the broker streams it to an agent."""
-
-    def __init__(self, data: bytes) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        port = self.server.server_address[1]
-        self.ref = PackageRef(digest=sha256_digest(data), url=f"http://127.0.0.1:{port}/p")
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 async def launch_prepare_ms(
@@ -155,7 +130,7 @@ async def _measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         samples["first_instruction_exec"] = await first_instruction_ms(
             client, STAMP, False, args.trials, "e"
         )
-        server = _PackageServer(package)
+        server = PackageServer(package)
         try:
             first, cached = await launch_prepare_ms(client, server.ref, args.trials)
         finally:

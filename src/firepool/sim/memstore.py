@@ -14,7 +14,15 @@ import itertools
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from firepool.model import ConflictError, ErrorCode, JobSpec, JobState, LostRaceError, NotFoundError
+from firepool.model import (
+    ConflictError,
+    ErrorCode,
+    InvalidTransitionError,
+    JobSpec,
+    JobState,
+    LostRaceError,
+    NotFoundError,
+)
 from firepool.store.records import (
     AttemptRecord,
     JobRecord,
@@ -177,7 +185,7 @@ class MemStore:
     ) -> JobRecord:
         row = self._current(job)
         if not state.terminal:
-            raise ConflictError(f"{state} is not terminal", field="state")
+            raise InvalidTransitionError(f"{state.value} is not a terminal state", field="state")
         new = _job(
             row,
             state=state,

@@ -30,7 +30,8 @@ from firepool.scheduling import (
 ONE, TWO, FOUR = (Configuration("gpu", n, 1) for n in (1, 2, 4))
 
 
-def linear(spec: ElasticJobSpec, observed: Sequence[ThroughputObservation]) -> tuple[float, ...]:
+def linear(spec: ElasticJobSpec, observed: Sequence[ThroughputObservation],
+           fraction: float) -> tuple[float, ...]:
     """Goodput = replicas (perfect scaling), 1.0 on one GPU."""
     return tuple(float(c.replicas) for c in spec.configurations)
 
@@ -193,3 +194,49 @@ def test_oak_under_failures_never_overcommits(seed: int, rate: float) -> None:
                 life.attempt_exited(f.job_id, f.attempt, f.at, "failed")
         assert sum(life.held().values()) <= 6
         now += 60.0
+
+
+def test_withdraw_frees_gpus_only_after_the_live_attempt_exits() -> None:
+    life = ElasticLifecycle({"gpu": 4}, linear)
+    life.submit(spec("a"), 0.0)
+    life.submit(spec("b"), 0.0)
+    life.run_round(0.0, Fixed({"a": FOUR, "b": None}))
+    assert life.withdraw("a", 10.0) == []  # still holds its GPUs until the exit
+    assert life.held() == {"gpu": 4}
+    life.run_round(20.0, Fixed({"b": FOUR}))
+    assert life.times("b").phase is Phase.WAITING  # waits for a's GPUs
+    started = life.attempt_exited("a", 1, 30.0, "failed")  # even a failure ends it
+    assert life.times("a").phase is Phase.DONE
+    assert started == [StartAttempt("b", 1, FOUR)]
+
+
+def test_withdraw_of_a_waiting_job_is_done_at_once() -> None:
+    life = ElasticLifecycle({"gpu": 4}, linear)
+    life.submit(spec("a"), 0.0)
+    life.run_round(0.0, Fixed({}))
+    life.withdraw("a", 5.0)
+    assert life.times("a").phase is Phase.DONE
+    assert life.round_input(6.0).jobs == ()
+
+
+def test_progress_reports_move_the_fraction_and_refuse_bad_numbers() -> None:
+    seen: list[float] = []
+
+    def source(s: ElasticJobSpec, observed: Sequence[ThroughputObservation],
+               fraction: float) -> tuple[float, ...]:
+        seen.append(fraction)
+        return linear(s, observed, fraction)
+
+    life = ElasticLifecycle({"gpu": 4}, source)
+    life.submit(spec("a"), 0.0)
+    life.run_round(0.0, Fixed({"a": TWO}))
+    assert life.progress("a", 1, 1.0, samples_per_s=10.0, fraction=0.4)
+    assert not life.progress("a", 7, 2.0)  # stale attempt: ignored
+    with pytest.raises(RequestValidationError) as err:
+        life.progress("a", 1, 3.0, samples_per_s=float("nan"))
+    assert err.value.field == "samples_per_s"
+    with pytest.raises(RequestValidationError) as err:
+        life.progress("a", 1, 3.0, fraction=1.5)
+    assert err.value.field == "fraction"
+    life.round_input(4.0)
+    assert seen[-1] == 0.4

@@ -121,17 +121,20 @@ class UniformSource(Protocol):
     def random(self) -> float: ...
 
 
-#: Goodput estimates per configuration of a job, from its spec and measured throughput.
-GoodputSource = Callable[[ElasticJobSpec, Sequence[ThroughputObservation]], tuple[float, ...]]
+#: Goodput estimates per configuration of a job, from its spec, measured throughput and its
+#: training progress in [0, 1] (the statistical efficiency of large batches grows with it).
+GoodputSource = Callable[
+    [ElasticJobSpec, Sequence[ThroughputObservation], float], tuple[float, ...]
+]
 
 
 def fitted_goodputs(gpus: Mapping[str, GpuSpec]) -> GoodputSource:
     """Goodputs from the fitted application models, corrected by measured throughput."""
 
-    def source(spec: ElasticJobSpec, observed: Sequence[ThroughputObservation]
-               ) -> tuple[float, ...]:
+    def source(spec: ElasticJobSpec, observed: Sequence[ThroughputObservation],
+               fraction: float) -> tuple[float, ...]:
         return estimate_goodputs(app_model(spec.app), spec.configurations, gpus,
-                                 progress=spec.progress_fraction, observations=observed)
+                                 progress=fraction, observations=observed)
 
     return source
 
@@ -148,6 +151,8 @@ class _Job:
     t_ckpt: float = 0.0
     t_queue: float = 0.0
     restarts: int = 0
+    fraction: float = 0.0  # training progress in [0, 1], from the job's reports
+    withdrawn: bool = False  # cancelled: done once its live attempt (if any) has exited
     reported_unplaceable: bool = False
     observed: dict[Configuration, ThroughputObservation] = field(default_factory=dict)
 
@@ -247,22 +252,48 @@ class ElasticLifecycle:
         if spec.job_id in self._jobs:
             raise RequestValidationError(f"elastic job {spec.job_id} exists", field="job_id")
         self._tick(now)
-        self._jobs[spec.job_id] = _Job(spec=spec, last=now)
+        self._jobs[spec.job_id] = _Job(spec=spec, last=now, fraction=spec.progress_fraction)
         self._pending.append("arrival")
 
     def progress(self, job_id: str, attempt: int, now: float,
-                 samples_per_s: float | None = None) -> None:
-        """A progress report (the SDK's progress call); the first one ends the restore."""
+                 samples_per_s: float | None = None, fraction: float | None = None) -> bool:
+        """A progress report (the SDK's progress call); the first one ends the restore.
+
+        Returns False for a stale report (an earlier attempt's), which changes nothing.
+        `samples_per_s` replaces the goodput prior of the running configuration; `fraction`
+        (training progress in [0, 1]) moves the prior's statistical efficiency.
+        """
+        if samples_per_s is not None and not (math.isfinite(samples_per_s)
+                                              and samples_per_s >= 0):
+            raise RequestValidationError("samples_per_s must be finite and >= 0",
+                                         field="samples_per_s")
+        if fraction is not None and not 0.0 <= fraction <= 1.0:
+            raise RequestValidationError("fraction must be in [0, 1]", field="fraction")
         self._tick(now)
         job = self._job(job_id)
         if attempt != job.attempt or job.phase not in (Phase.RESTORING, Phase.RUNNING,
                                                        Phase.STOPPING):
-            return  # stale report from an earlier attempt
+            return False
         if job.phase is Phase.RESTORING:
             job.phase = Phase.RUNNING
+        if fraction is not None:
+            job.fraction = fraction
         if samples_per_s is not None and job.config is not None:
             obs = ThroughputObservation(job.config, samples_per_s)
             job.observed[job.config] = obs
+        return True
+
+    def withdraw(self, job_id: str, now: float) -> list[Decision]:
+        """The job is cancelled: no new attempt starts; it is done at once when it holds no
+        GPUs, else when its live attempt exits (the driver stops that attempt itself)."""
+        self._tick(now)
+        job = self._job(job_id)
+        job.withdrawn = True
+        job.target = None
+        if job.config is None and job.phase is not Phase.DONE:
+            job.phase = Phase.DONE
+            self._pending.append("completion")
+        return self._launch_ready()
 
     def attempt_exited(self, job_id: str, attempt: int, now: float,
                        outcome: ExitOutcome) -> list[Decision]:
@@ -275,7 +306,7 @@ class ElasticLifecycle:
                 field="attempt",
             )
         job.config = None
-        if outcome == "completed":
+        if outcome == "completed" or job.withdrawn:
             job.phase = Phase.DONE
             job.target = None
             self._pending.append("completion")
@@ -309,7 +340,7 @@ class ElasticLifecycle:
             jobs.append(JobRoundState(
                 job_id=j.spec.job_id,
                 configurations=j.spec.configurations,
-                goodputs=self._goodputs(j.spec, tuple(j.observed.values())),
+                goodputs=self._goodputs(j.spec, tuple(j.observed.values()), j.fraction),
                 app=j.spec.app,
                 t_progress=j.t_progress,
                 t_ckpt=j.t_ckpt,

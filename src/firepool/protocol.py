@@ -305,3 +305,14 @@ class AgentConfig(StrictModel):
     #: Test hook: inject faults by name (`verify` makes every reset report unclean).
     faults: tuple[str, ...] = ()
     extra_env: dict[str, str] = Field(default_factory=dict)
+
+
+class JobEnv:
+    """Variables the broker sets in an elastic attempt's environment (callers may not set any
+    `FIREPOOL_` name, so a job can trust them). Rank and rendezvous come as torchrun's."""
+
+    URL = "FIREPOOL_URL"  # where the job reports progress
+    JOB_ID = "FIREPOOL_JOB_ID"
+    ATTEMPT = "FIREPOOL_ATTEMPT"  # `<job-id>:<retry>`
+    PROGRESS_TOKEN = "FIREPOOL_PROGRESS_TOKEN"  # good for this attempt's progress route only
+    CHECKPOINT_DIR = "FIREPOOL_CHECKPOINT_DIR"  # the job's own, kept across attempts

@@ -6,7 +6,7 @@ Requests use the shared `JobSpec`; everything here derives from the one strict b
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
@@ -137,3 +137,25 @@ class PodView(StrictModel):
 
 class PodList(StrictModel):
     pods: list[PodView] = Field(default_factory=list)
+
+
+class ProgressIn(StrictModel):
+    """A running attempt's progress report (sent by the job itself through the SDK).
+
+    `attempt` names the attempt the report is about, so a late report of an attempt that was
+    already resized away is recognised and ignored. `samples_per_s` is the measured throughput
+    of the whole job (every rank together); `fraction` is training progress in [0, 1].
+    """
+
+    attempt: Annotated[str, Field(min_length=3, max_length=300)]
+    step: Annotated[int, Field(ge=0)] | None = None
+    samples_per_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    fraction: Annotated[float, Field(ge=0, le=1)] | None = None
+
+
+class ProgressOut(StrictModel):
+    """`accepted` is False for a stale attempt's report (it changed nothing)."""
+
+    job: str
+    attempt: str
+    accepted: bool

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from firepool.client.config import ClientConfig, LocalDefaults, local_defaults, resolve
     from firepool.client.errors import ERROR_CLASSES, WaitTimeoutError, status_of
     from firepool.client.packaging import Package, load_package, zip_directory
+    from firepool.client.progress import report_progress
     from firepool.client.session import Session
     from firepool.client.sync import Client
 
@@ -45,6 +46,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "load_package": ("firepool.client.packaging", "load_package"),
     "zip_directory": ("firepool.client.packaging", "zip_directory"),
     "Session": ("firepool.client.session", "Session"),
+    "report_progress": ("firepool.client.progress", "report_progress"),
 }
 
 __all__ = [
@@ -63,6 +65,7 @@ __all__ = [
     "WaitTimeoutError",
     "load_package",
     "local_defaults",
+    "report_progress",
     "resolve",
     "status_of",
     "zip_directory",

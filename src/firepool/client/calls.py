@@ -18,7 +18,16 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel
 
-from firepool.api.schemas import JobListOut, JobOut, LogsOut, PackageOut, PodList, PoolListOut
+from firepool.api.schemas import (
+    JobListOut,
+    JobOut,
+    LogsOut,
+    PackageOut,
+    PodList,
+    PoolListOut,
+    ProgressIn,
+    ProgressOut,
+)
 from firepool.client.errors import error_from_response
 from firepool.model import JobKind, JobSpec, JobState, Topology
 
@@ -69,6 +78,7 @@ ROUTES: dict[str, Route] = {
     ),
     "get": Route("GET", "/v1/jobs/{job_id}", result=JobOut),
     "cancel": Route("POST", "/v1/jobs/{job_id}/cancel", result=JobOut),
+    "progress": Route("POST", "/v1/jobs/{job_id}/progress", body=ProgressIn, result=ProgressOut),
     "logs": Route(
         "GET",
         "/v1/jobs/{job_id}/logs",
@@ -120,6 +130,12 @@ def get(job_id: str) -> Call[JobOut]:
 
 def cancel(job_id: str) -> Call[JobOut]:
     return _call("cancel", JobOut, job_id=job_id)
+
+
+def progress(job_id: str, report: ProgressIn) -> Call[ProgressOut]:
+    call = _call("progress", ProgressOut, job_id=job_id)
+    body = report.model_dump(mode="json", exclude_none=True)
+    return Call(call.method, call.path, ProgressOut, json=body)
 
 
 def list_jobs(

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, Unpack
 import httpx
 from pydantic import BaseModel
 
-from firepool.api.schemas import JobOut, PodView
+from firepool.api.schemas import JobOut, PodView, ProgressIn, ProgressOut
 from firepool.client import calls
 from firepool.client.base import DEFAULT_TIMEOUT, ClientBase, is_digest
 from firepool.client.errors import WaitTimeoutError, unreachable
@@ -117,6 +117,24 @@ class Client(ClientBase):
         """Cancel: a queued job ends at once; a running one comes back RUNNING with
         `cancel_requested` and is stopped by the broker (use `wait` to see it end)."""
         return self._send(calls.cancel(job_id))
+
+    def progress(
+        self,
+        job_id: str,
+        attempt: str,
+        *,
+        step: int | None = None,
+        samples_per_s: float | None = None,
+        fraction: float | None = None,
+    ) -> ProgressOut:
+        """Report an elastic attempt's progress: the first report ends its restore, the
+        throughput replaces the scheduler's estimate for its size. Inside a job, prefer
+        `firepool.client.report_progress`, which reads the attempt and its token from the
+        environment the broker set."""
+        report = ProgressIn(
+            attempt=attempt, step=step, samples_per_s=samples_per_s, fraction=fraction
+        )
+        return self._send(calls.progress(job_id, report))
 
     def wait(self, job_id: str, timeout: float | None = None) -> JobOut:
         """Poll until the job is terminal and return it; `WaitTimeoutError` after `timeout`

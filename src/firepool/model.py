@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -137,6 +138,9 @@ class ErrorCode(StrEnum):
     LAUNCH_FAILED = "LaunchFailed"
     DEPENDENCY_INSTALL_FAILED = "DependencyInstallFailed"
     POD_LOST = "PodLost"
+    UNSCHEDULABLE = "Unschedulable"  # an elastic job no configuration of which can ever run
+    # the error class of an elastic attempt the round policy ended to resize or preempt it
+    PREEMPTED = "Preempted"
 
 
 # --------------------------------------------------------------------------- errors
@@ -455,6 +459,48 @@ def forbidden_env_reason(name: str) -> str | None:
 _DIGEST = r"^sha256:[0-9a-f]{64}$"
 
 
+class ElasticSpec(StrictModel):
+    """How an elastic training job may be sized: the round policy picks its world size (pods,
+    one rank each) between `min_pods` and `max_pods` every round, and resizes it by a graceful
+    stop and a new attempt that resumes from the job's checkpoint directory.
+
+    `app` names the fitted goodput model used as the prior until the job reports its own
+    throughput (one of bert, cifar10, deepspeech2, imagenet, ncf, yolov3); `p_restart_s`
+    overrides the paper's per-application restart penalty.
+    """
+
+    app: Annotated[str, Field(min_length=1, max_length=64)]
+    min_pods: Annotated[int, Field(ge=1, le=1024)] = 1
+    max_pods: Annotated[int, Field(ge=1, le=1024)] = 8
+    p_restart_s: Annotated[float, Field(ge=0, le=86400, allow_inf_nan=False)] | None = None
+
+    @field_validator("app")
+    @classmethod
+    def _known_app(cls, app: str) -> str:
+        from firepool.scheduling.goodput import app_models
+
+        known = sorted(app_models())
+        if app.lower() not in known:
+            raise PydanticCustomError(
+                "unknown_app",
+                "no fitted goodput model for {app}; choose from {known}",
+                {"app": app, "known": ", ".join(known)},
+            )
+        return app.lower()
+
+    @field_validator("max_pods")
+    @classmethod
+    def _ordered(cls, max_pods: int, info: ValidationInfo) -> int:
+        low = info.data.get("min_pods")
+        if low is not None and max_pods < low:
+            raise PydanticCustomError(
+                "pods_order",
+                "max_pods {high} is below min_pods {low}",
+                {"high": max_pods, "low": low},
+            )
+        return max_pods
+
+
 class JobSpec(StrictModel):
     """What a caller asks for. The caller's identity is never part of it: auth supplies it."""
 
@@ -474,6 +520,38 @@ class JobSpec(StrictModel):
     image: Annotated[str, Field(min_length=1, max_length=512)] | None = None
     request_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     kind: JobKind = JobKind.TASK
+    elastic: Annotated[ElasticSpec | None, Field(validate_default=True)] = None
+
+    @field_validator("elastic")
+    @classmethod
+    def _elastic_matches_kind(
+        cls, elastic: ElasticSpec | None, info: ValidationInfo
+    ) -> ElasticSpec | None:
+        kind = info.data.get("kind")
+        if kind is not JobKind.ELASTIC:
+            if elastic is not None:
+                raise PydanticCustomError(
+                    "elastic_on_task", "only a job of kind 'elastic' takes an elastic section", {}
+                )
+            return None
+        if elastic is None:
+            raise PydanticCustomError(
+                "elastic_missing",
+                "an elastic job needs an elastic section (app, min_pods, max_pods)",
+                {},
+            )
+        if info.data.get("pods", 1) != 1:
+            raise PydanticCustomError(
+                "elastic_pods",
+                "an elastic job is sized by the round policy: set elastic.min_pods and "
+                "elastic.max_pods, not pods",
+                {},
+            )
+        if info.data.get("topology") is Topology.RAY:
+            raise PydanticCustomError(
+                "elastic_topology", "elastic jobs run with torchrun's rank variables, not ray", {}
+            )
+        return elastic
 
     @field_validator("env")
     @classmethod

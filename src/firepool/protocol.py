@@ -180,6 +180,7 @@ class StopReason(StrEnum):
     STOP = "stop"  # the broker asked (cancel, resize, release)
     TIMEOUT = "timeout"  # the attempt's timeout_s passed
     SHUTDOWN = "shutdown"  # the agent itself is shutting down
+    FAULT = "fault"  # an injected failure (experiments): SIGKILL at once, no chance to save
 
 
 class ExitEvent(StrictModel):
@@ -217,6 +218,8 @@ class AttemptStatus(StrictModel):
 
 class StopRequest(StrictModel):
     grace_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
+    #: Fault injection: SIGKILL the whole tree at once, as a machine failure would.
+    kill: bool = False
 
 
 # --------------------------------------------------------------------------- reset / health

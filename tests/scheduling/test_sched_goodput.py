@@ -57,15 +57,22 @@ def test_memory_filter_drops_configurations_that_cannot_fit() -> None:
     assert any("256xT4" in k for k in dropped)  # 256 x 4 samples overshoots the max batch
 
 
-def test_measured_throughput_replaces_the_prior() -> None:
+def test_measured_throughput_replaces_the_prior_in_the_jobs_own_units() -> None:
     m = app_model("cifar10")
     one, four = Configuration("T4", 1, 1), Configuration("T4", 4, 1)
     prior = estimate_goodputs(m, (one, four), T4)
-    measured_sps = m.goodput(1, 4)[0] * 0.5  # the job runs at half the profiled speed
-    after = estimate_goodputs(m, (one, four), T4,
-                              observations=(ThroughputObservation(four, measured_sps),))
-    assert after[1] == pytest.approx(prior[1] * 0.5, rel=1e-6)
-    assert after[0] == pytest.approx(prior[0] * 0.5, rel=1e-6)  # rescaled elsewhere too
+    # A job reporting in other units (or on slower hardware) everywhere: nothing changes, so
+    # its normalised goodput stays on the scale mu_na is meant for.
+    uniform = estimate_goodputs(m, (one, four), T4, observations=(
+        ThroughputObservation(four, m.goodput(1, 4)[0] * 0.001),
+    ))
+    assert uniform == pytest.approx(prior, rel=1e-9)
+    # Measured scaling worse than the prior's: 4 GPUs give half the predicted speed-up.
+    shape = estimate_goodputs(m, (one, four), T4, observations=(
+        ThroughputObservation(one, m.goodput(1, 1)[0] * 7.0),
+        ThroughputObservation(four, m.goodput(1, 4)[0] * 3.5),
+    ))
+    assert shape[1] / shape[0] == pytest.approx(0.5 * prior[1] / prior[0], rel=1e-6)
     with pytest.raises(InvalidGoodputError):
         ThroughputObservation(four, float("nan"))
 

@@ -345,12 +345,16 @@ class Agent:
     def stop(
         self, attempt_id: str, grace_s: float, reason: StopReason = StopReason.STOP
     ) -> AttemptStatus:
-        """SIGTERM the attempt's process group, wait `grace_s`, then SIGKILL its whole tree."""
+        """SIGTERM the attempt's process group, wait `grace_s`, then SIGKILL its whole tree; an
+        injected fault (`StopReason.FAULT`) kills the tree at once."""
         cur = self._attempt(attempt_id)
         with self._lock:
             if cur.exit is None and cur.stop_reason is None:
                 cur.stop_reason = reason
-        if cur.exit is None and cur.pid:
+        if cur.exit is None and cur.pid and reason is StopReason.FAULT:
+            self._kill_tree()
+            cur.exited.wait(5.0)
+        elif cur.exit is None and cur.pid:
             procfs.killpg_quietly(cur.pid, signal.SIGTERM)
             if not cur.exited.wait(grace_s):
                 self._kill_tree()

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from firepool.agent.runtime import Agent
 from firepool.model import ErrorCode, FirepoolError, NotFoundError, UnauthorizedError
-from firepool.protocol import AttemptPhase, LaunchRequest, StopRequest
+from firepool.protocol import AttemptPhase, LaunchRequest, StopReason, StopRequest
 
 log = logging.getLogger("firepool.agent")
 
@@ -152,7 +152,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _stop(self, query: dict[str, list[str]], attempt: str) -> None:
         req = StopRequest.model_validate(self._body())
-        self._json(200, self.server.agent.stop(attempt, req.grace_s))
+        reason = StopReason.FAULT if req.kill else StopReason.STOP
+        self._json(200, self.server.agent.stop(attempt, req.grace_s, reason))
 
     def _reset(self, query: dict[str, list[str]]) -> None:
         self._body()

@@ -92,13 +92,15 @@ class AgentClient:
     async def status(self, attempt: str) -> AttemptStatus:
         return await self._call("GET", f"/v1/attempts/{attempt}", AttemptStatus)
 
-    async def stop(self, attempt: str, grace_s: float = 10.0) -> AttemptStatus:
-        """SIGTERM, wait `grace_s`, SIGKILL; returns after the attempt's leader exited."""
+    async def stop(self, attempt: str, grace_s: float = 10.0, *, kill: bool = False
+                   ) -> AttemptStatus:
+        """SIGTERM, wait `grace_s`, SIGKILL; returns after the attempt's leader exited.
+        `kill` is fault injection: SIGKILL at once."""
         return await self._call(
             "POST",
             f"/v1/attempts/{attempt}/stop",
             AttemptStatus,
-            StopRequest(grace_s=grace_s),
+            StopRequest(grace_s=grace_s, kill=kill),
             timeout=grace_s + 30.0,
         )
 

@@ -29,7 +29,7 @@ from firepool.api.schemas import (
     ProgressOut,
 )
 from firepool.client.errors import error_from_response
-from firepool.model import JobKind, JobSpec, JobState, Topology
+from firepool.model import ElasticSpec, JobKind, JobSpec, JobState, Topology
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -56,6 +56,7 @@ class SubmitOptions(TypedDict, total=False):
     image: str | None
     request_id: str | None
     kind: JobKind | str
+    elastic: ElasticSpec | Mapping[str, Any] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,5 +211,7 @@ def submit_body(
             value = Path(value).read_text(encoding="utf-8")
         elif name == "env" and value is not None:
             value = dict(value)  # type: ignore[call-overload]
+        elif isinstance(value, ElasticSpec):
+            value = value.model_dump(mode="json")
         body[name] = value
     return body

@@ -91,7 +91,14 @@ def estimate_goodputs(
     progress: float = 0.5,
     observations: Sequence[ThroughputObservation] = (),
 ) -> tuple[float, ...]:
-    """Normalised goodput per configuration: measured where measured, rescaled prior elsewhere."""
+    """Normalised goodput per configuration: measured where measured, the prior elsewhere.
+
+    A job measures throughput in its own units (its samples, its hardware), the prior in the
+    traces'. The measurements' geometric-mean ratio to the prior converts one into the other,
+    and the one-GPU reference is converted with it, so the result stays "1.0 = this job on
+    one reference GPU" whatever units the job reports in: a uniform scale changes nothing,
+    and only the measured shape of the scaling curve moves the estimates.
+    """
     reference, _ = app.goodput(1, 1, progress=progress)
     if reference <= 0.0:
         raise InvalidGoodputError(f"{app.name}: reference goodput is zero", field="app")
@@ -106,7 +113,7 @@ def estimate_goodputs(
     out: list[float] = []
     for cfg in configurations:
         if cfg in measured:
-            out.append(measured[cfg] / reference)
+            out.append(measured[cfg] / (reference * scale))
         else:
-            out.append(prior_goodput(app, cfg, gpus, progress) * scale / reference)
+            out.append(prior_goodput(app, cfg, gpus, progress) / reference)
     return tuple(out)

@@ -20,7 +20,14 @@ from firepool.api.logs import FileLogSource
 from firepool.control.dispatch import AttemptEnd, Verdict, judge
 from firepool.control.records import Lease, ReleaseResult
 from firepool.control.tracker import Tracker
-from firepool.model import FirepoolError, JobState, LostRaceError, Topology, UnavailableError
+from firepool.model import (
+    FirepoolError,
+    JobKind,
+    JobState,
+    LostRaceError,
+    Topology,
+    UnavailableError,
+)
 from firepool.protocol import (
     DependencyInstallFailedError,
     ExitEvent,
@@ -42,7 +49,11 @@ class Running:
     job: JobRecord
     lease: Lease
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    #: A graceful stop that is not a cancel (an elastic resize): SIGTERM, let it checkpoint.
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
     gate: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Variables on top of the topology's (an elastic attempt's checkpoint dir, progress token).
+    extra_env: dict[str, str] = field(default_factory=dict)
     exits: dict[str, asyncio.Future[ExitEvent]] = field(default_factory=dict)
     launched: bool = False
     log_pump: asyncio.Task[None] | None = None
@@ -64,6 +75,8 @@ class AttemptRunner:
         stop_grace_s: float = 10.0,
         log_drain_s: float = 5.0,
         lost_after_polls: int = 3,
+        judge_attempt: Callable[[JobRecord, AttemptEnd], Verdict] | None = None,
+        resize_grace_s: float = 30.0,
     ) -> None:
         self.store = store
         self.tracker = tracker
@@ -76,6 +89,8 @@ class AttemptRunner:
         self.stop_grace_s = stop_grace_s
         self.log_drain_s = log_drain_s
         self.lost_after_polls = lost_after_polls
+        self.judge_attempt = judge_attempt or _judge_task
+        self.resize_grace_s = resize_grace_s
 
     async def run(self, running: Running) -> JobRecord | None:
         """Drive the attempt to its end; returns the job as recorded after the verdict, or None
@@ -140,17 +155,22 @@ class AttemptRunner:
     async def _launch_and_wait(self, running: Running) -> AttemptEnd:
         job, lease = running.job, running.lease
         if not lease.launchable and not running.gate.is_set():
-            await _first(running.gate.wait(), running.cancel.wait())
+            await _first(running.gate.wait(), running.cancel.wait(), running.stop.wait())
         if running.cancel.is_set():
             return AttemptEnd(cancelled=True, message="cancelled before start")
+        if running.stop.is_set():
+            return AttemptEnd(exit_code=0, message="stopped before it started")
         loop = asyncio.get_running_loop()
         for p in lease.pods:
             self.tracker.mark_running(p.name)
             running.exits[p.name] = loop.create_future()
-        port = _free_port() if job.spec.topology is Topology.TORCHRUN else 0
+        port = _free_port() if _topology(job) is Topology.TORCHRUN else 0
         try:
             started = await asyncio.gather(
-                *(self._launch_one(job, lease, rank, port) for rank in range(len(lease.pods)))
+                *(
+                    self._launch_one(job, lease, rank, port, running.extra_env)
+                    for rank in range(len(lease.pods))
+                )
             )
         except DependencyInstallFailedError as exc:
             return AttemptEnd(dependency_failed=True, message=exc.message)
@@ -173,7 +193,9 @@ class AttemptRunner:
 
         await asyncio.to_thread(write)
 
-    async def _launch_one(self, job: JobRecord, lease: Lease, rank: int, port: int) -> float:
+    async def _launch_one(
+        self, job: JobRecord, lease: Lease, rank: int, port: int, extra_env: dict[str, str]
+    ) -> float:
         spec = job.spec
         pod = lease.pods[rank].name
         record = self.pods.records[pod]
@@ -189,7 +211,10 @@ class AttemptRunner:
                 attempt=job.attempt,
                 argv=list(spec.command),
                 env=dict(spec.env),
-                topology_env=_topology_env(spec.topology, rank, len(lease.pods), port),
+                topology_env={
+                    **_topology_env(_topology(job), rank, len(lease.pods), port),
+                    **extra_env,
+                },
                 package=package,
                 requirements=RequirementsRef.of(spec.requirements) if spec.requirements else None,
                 timeout_s=spec.timeout_s,
@@ -204,9 +229,13 @@ class AttemptRunner:
         events: dict[str, ExitEvent] = {}
         silent: dict[str, int] = {}  # consecutive polls a pod's agent did not answer
         cancel_task = asyncio.ensure_future(running.cancel.wait())
+        stop_task = asyncio.ensure_future(running.stop.wait())
+        stopping = False
         try:
             while pending:
                 waiting: list[asyncio.Future[Any]] = [*pending.values(), cancel_task]
+                if not stopping:
+                    waiting.append(stop_task)
                 done, _ = await asyncio.wait(
                     waiting,
                     timeout=self.exit_poll_s,
@@ -219,6 +248,12 @@ class AttemptRunner:
                 if cancel_task in done and pending:
                     await self._stop_all(running)
                     continue
+                if stop_task in done and not stopping and pending:
+                    # Graceful: the stop returns once every rank exited (or was killed after
+                    # the grace), so the pods are free for the next attempt right after.
+                    stopping = True
+                    await self._stop_all(running, grace_s=self.resize_grace_s)
+                    continue
                 if not done:
                     lost = await self._poll_exits(job, pending, silent)
                     if lost:
@@ -230,6 +265,7 @@ class AttemptRunner:
                     await self._stop_all(running)
         finally:
             cancel_task.cancel()
+            stop_task.cancel()
         rank0 = events[lease.pods[0].name]
         return AttemptEnd(
             exit_code=rank0.exit_code,
@@ -259,12 +295,21 @@ class AttemptRunner:
                 fut.set_result(status.exit)
         return None
 
-    async def _stop_all(self, running: Running) -> None:
+    async def _stop_all(
+        self, running: Running, *, grace_s: float | None = None, kill: bool = False
+    ) -> None:
+        grace = self.stop_grace_s if grace_s is None else grace_s
+
         async def stop(pod: str) -> None:
             with contextlib.suppress(FirepoolError, OSError):
-                await self.pods.agent(pod).stop(running.job.attempt, grace_s=self.stop_grace_s)
+                await self.pods.agent(pod).stop(running.job.attempt, grace_s=grace, kill=kill)
 
         await asyncio.gather(*(stop(p.name) for p in running.lease.pods))
+
+    async def kill(self, running: Running) -> None:
+        """Fault injection: SIGKILL every rank at once (the attempt then ends as KILLED)."""
+        if running.launched:
+            await self._stop_all(running, kill=True)
 
     async def _reset(self, lease: Lease) -> list[str]:
         """Verified reset of every pod; any pod not confirmed clean is returned as unclean."""
@@ -292,7 +337,7 @@ class AttemptRunner:
             await self.pods.annotate(pod, {"state": "held", "hold_until": repr(until), "job": None})
 
     async def _record(self, job: JobRecord, end: AttemptEnd) -> JobRecord:
-        verdict: Verdict = judge(end, job.retries, job.spec.max_retries)
+        verdict = self.judge_attempt(job, end)
         for _ in range(5):
             try:
                 return await asyncio.to_thread(self._write_verdict, job, verdict)
@@ -335,6 +380,17 @@ class AttemptRunner:
                 log.info("log stream %s of %s ended: %r", stream, job.attempt, exc)
 
         await asyncio.gather(pump("stdout"), pump("stderr"))
+
+
+def _judge_task(job: JobRecord, end: AttemptEnd) -> Verdict:
+    return judge(end, job.retries, job.spec.max_retries)
+
+
+def _topology(job: JobRecord) -> Topology:
+    """Elastic jobs always get torchrun's rank variables: their world size changes."""
+    if job.spec.kind is JobKind.ELASTIC:
+        return Topology.TORCHRUN
+    return job.spec.topology
 
 
 def _failed(event: ExitEvent) -> bool:

@@ -5,7 +5,9 @@ Three loops, all thin:
   fallback), runs `control.dispatch.dispatch_pass` and hands each lease to an AttemptRunner;
 - the reconciler (every 30 s, and at once when a job found no pod) runs the scaler per pool,
   admits creates through the budget ledger and executes the plan;
-- the hold ticker (1 s) retires pods whose owner hold ran out.
+- the hold ticker (1 s) retires pods whose owner hold ran out;
+- the elastic ticker runs a round for elastic training jobs when one is due
+  (`service/elastic.py`) and carries out its stops, starts and injected failures.
 Exit events pushed by pod agents arrive through `on_exit`.
 """
 
@@ -17,22 +19,25 @@ import contextlib
 import functools
 import logging
 import secrets
+import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from firepool.api.logs import FileLogSource
 from firepool.backends.base import PodBackend
 from firepool.control.admission import admit
 from firepool.control.budgets import BudgetLedger
-from firepool.control.dispatch import QueuedJob, dispatch_pass
+from firepool.control.dispatch import AttemptEnd, QueuedJob, Verdict, dispatch_pass, judge
 from firepool.control.records import ClaimRequest, Promotion, ReleaseResult, WaitReason
 from firepool.control.scaler import QueuedDemand, plan
 from firepool.control.tracker import Tracker
-from firepool.model import ErrorCode, JobState, PoolSpec
+from firepool.model import ErrorCode, JobKind, JobState, PoolSpec
 from firepool.packages import PackageStore
 from firepool.protocol import ExitEvent
 from firepool.service.attempt import AttemptRunner, Running
+from firepool.service.elastic import ElasticActions, ElasticConfig, ElasticDriver
 from firepool.service.pods import PodManager
 from firepool.store import JobRecord, JobStore
 
@@ -47,6 +52,7 @@ class BrokerConfig:
     exit_poll_s: float = 2.0
     ready_timeout_s: float = 120.0
     max_queue_scan: int = 10_000
+    elastic: ElasticConfig = field(default_factory=ElasticConfig)
 
 
 class Broker:
@@ -61,6 +67,7 @@ class Broker:
         packages: PackageStore,
         config: BrokerConfig | None = None,
         clock: Callable[[], float] = time.time,
+        checkpoint_root: Path | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -91,6 +98,16 @@ class Broker:
             package_url=lambda digest: f"{self.base_url}/internal/v1/packages/{digest}",
             on_release=self.released,
             exit_poll_s=config.exit_poll_s,
+            judge_attempt=self._judge,
+            resize_grace_s=config.elastic.stop_grace_s,
+        )
+        self.elastic = ElasticDriver(
+            self.specs,
+            config=config.elastic,
+            checkpoint_root=checkpoint_root
+            or Path(tempfile.mkdtemp(prefix="firepool-checkpoints-")),
+            secret=secrets.token_bytes(32),
+            clock=clock,
         )
         self.running: dict[str, Running] = {}
         # The queue as the dispatcher knows it: fed by submissions and re-queues at once, and
@@ -119,6 +136,7 @@ class Broker:
             asyncio.create_task(self._dispatch_loop(), name="dispatch"),
             asyncio.create_task(self._reconcile_loop(), name="reconcile"),
             asyncio.create_task(self._hold_loop(), name="holds"),
+            asyncio.create_task(self._elastic_loop(), name="elastic"),
         ]
 
     async def close(self, *, delete_pods: bool = False) -> None:
@@ -142,12 +160,22 @@ class Broker:
     def _enqueue(self, job: JobRecord) -> None:
         if job.state is JobState.QUEUED and job.id not in self.running:
             self.queued[job.id] = job
+            if job.spec.kind is JobKind.ELASTIC:
+                self.elastic.submit(job, self.clock())
         self._wake.set()
 
     def cancel_requested(self, job: JobRecord) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._cancel, job)
+
+    def _cancel(self, job: JobRecord) -> None:
         running = self.running.get(job.id)
-        if running is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(running.cancel.set)
+        if running is not None:
+            running.cancel.set()
+        if job.state.terminal:
+            self.queued.pop(job.id, None)
+        if job.spec.kind is JobKind.ELASTIC:
+            self._elastic_act(self.elastic.cancelled(job.id, self.clock()))
 
     def _signal(self, event: asyncio.Event) -> None:
         loop = self._loop
@@ -209,11 +237,23 @@ class Broker:
                     message=f"pool {job.spec.pool!r} is not in this broker's catalog",
                 )
                 del self.queued[job.id]
+                if job.spec.kind is JobKind.ELASTIC:
+                    self._elastic_act(self.elastic.cancelled(job.id, self.clock()))
                 continue
-            candidates.append(_queued(job))
+            pods = job.spec.pods
+            if job.spec.kind is JobKind.ELASTIC:
+                self.elastic.submit(job, self.clock())  # a no-op unless the hook was missed
+                world = self.elastic.dispatchable(job.id)
+                if world is None:
+                    continue  # waits for a round to size it
+                pods = world
+            candidates.append(_queued(job, pods))
         result = dispatch_pass(self.tracker, candidates, self.clock())
         for lease in result.leases:
             running = Running(self.queued.pop(lease.job), lease)
+            if running.job.spec.kind is JobKind.ELASTIC:
+                self.elastic.dispatched(lease.job, running.job.attempt)
+                running.extra_env = self.elastic.environment(running.job, self.base_url)
             self.running[lease.job] = running
             self.pods.spawn(self._run(running))
         self.dispatch_ms.append((time.perf_counter() - start) * 1000.0)
@@ -230,17 +270,27 @@ class Broker:
             self.wake()
 
     async def _run(self, running: Running) -> None:
+        elastic = running.job.spec.kind is JobKind.ELASTIC
         try:
             final = await self.runner.run(running)
             if final is None:  # the commit lost a race: the store has the truth
                 self._resync = True
+                if elastic:
+                    self.elastic.lost_race(running.job.id)
             elif final.state is JobState.QUEUED:  # a retry
                 self.queued[final.id] = final
+            if final is not None and elastic:
+                self._elastic_act(self.elastic.exited(final, self.clock()))
         except Exception:
             log.exception("attempt %s crashed in the broker", running.job.attempt)
         finally:
             self.running.pop(running.job.id, None)
             self.wake()
+
+    def _judge(self, job: JobRecord, end: AttemptEnd) -> Verdict:
+        if job.spec.kind is JobKind.ELASTIC:
+            return self.elastic.judge(job, end)
+        return judge(end, job.retries, job.spec.max_retries)
 
     def released(self, result: ReleaseResult) -> None:
         """Act on a release: delete retired pods, start promoted jobs, rescale, redispatch."""
@@ -299,6 +349,60 @@ class Broker:
                 if self.tracker.retire(retired.pod, retired.reason):
                     self.pods.spawn(self.pods.delete(retired.pod))
 
+    # ------------------------------------------------------------------ elastic jobs
+
+    async def _elastic_loop(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.config.elastic.tick_s)
+            try:
+                actions = self.elastic.round(self.clock())
+                if actions is not None:
+                    self._elastic_act(actions)
+            except Exception:
+                log.exception("elastic round failed")
+
+    def _elastic_act(self, actions: ElasticActions) -> None:
+        """Carry out a driver's answer: graceful stops, failures to inject, unschedulable jobs
+        to fail, and a dispatch pass for decided starts."""
+        for job_id in actions.stop:
+            running = self.running.get(job_id)
+            if running is not None:
+                running.stop.set()
+        now = self.clock()
+        for failure in actions.failures:
+            running = self.running.get(failure.job_id)
+            if running is None:
+                continue
+            attempt = running.job.attempt
+            loop = asyncio.get_running_loop()
+            loop.call_later(max(failure.at - now, 0.0), self._fail_later, running, attempt)
+        for job_id, reason in actions.unschedulable:
+            self.pods.spawn(self._unschedulable(job_id, reason))
+        if actions.wake:
+            self.wake()
+
+    def _fail_later(self, running: Running, attempt: str) -> None:
+        self.pods.spawn(self._inject_failure(running, attempt))
+
+    async def _inject_failure(self, running: Running, attempt: str) -> None:
+        """Experiments: SIGKILL every rank of the attempt, if it is still the live one."""
+        if self.running.get(running.job.id) is running and running.job.attempt == attempt:
+            self.elastic.injected += 1
+            await self.runner.kill(running)
+
+    async def _unschedulable(self, job_id: str, reason: str) -> None:
+        job = self.queued.pop(job_id, None) or await asyncio.to_thread(self.store.get, job_id)
+        if job is None or job.state is not JobState.QUEUED:
+            return
+        await asyncio.to_thread(
+            self.store.finish,
+            job,
+            JobState.FAILED,
+            now=self.clock(),
+            error_class=ErrorCode.UNSCHEDULABLE,
+            message=f"no size of this elastic job can run here: {reason}",
+        )
+
     async def _hold_loop(self) -> None:
         while not self._closing:
             await asyncio.sleep(self.config.hold_tick_s)
@@ -306,7 +410,7 @@ class Broker:
                 self.pods.spawn(self.pods.delete(retired.pod))
 
 
-def _queued(job: JobRecord) -> QueuedJob:
+def _queued(job: JobRecord, pods: int) -> QueuedJob:
     spec = job.spec
     submitted = job.timings.get("submitted") or 0.0
     return QueuedJob(
@@ -316,7 +420,7 @@ def _queued(job: JobRecord) -> QueuedJob:
             pool=spec.pool,
             queue=spec.queue,
             tag=spec.lease_tag,
-            pods=spec.pods,
+            pods=pods,
             single_use=spec.single_use,
             image=spec.image,
             image_pinned=spec.image_is_pinned,

@@ -91,6 +91,7 @@ class EmbeddedBroker:
             logs=logs,
             packages=self.packages,
             config=self.config,
+            checkpoint_root=self.data_dir / "checkpoints",
         )
         app = create_app(
             self.store,

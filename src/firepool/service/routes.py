@@ -1,17 +1,26 @@
 """Routes the service adds to the API: agents' exit events and package fetches (authenticated
-by the pod's own secret), and the caller-facing pod list."""
+by the pod's own secret), the caller-facing pod list, and elastic jobs' progress reports
+(authenticated by the attempt's progress token, or by the job owner's own token)."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
-from firepool.api.context import Authed
-from firepool.api.schemas import PodList, PodView
-from firepool.model import NotFoundError, StrictModel, UnauthorizedError
+from firepool.api.context import Authed, authenticate
+from firepool.api.schemas import PodList, PodView, ProgressIn, ProgressOut
+from firepool.model import (
+    JobKind,
+    NotFoundError,
+    RequestValidationError,
+    StrictModel,
+    UnauthorizedError,
+    parse_attempt_id,
+)
 from firepool.protocol import ExitEvent
 
 if TYPE_CHECKING:
@@ -34,6 +43,12 @@ def _pod_secret(broker: Broker, request: Request, pod: str | None) -> str:
     raise UnauthorizedError("not a pod of this broker", field="Authorization")
 
 
+def _progress_token_ok(broker: Broker, request: Request, attempt: str) -> bool:
+    header = request.headers.get("authorization", "")
+    token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+    return bool(token) and broker.elastic.token_matches(attempt, token)
+
+
 def service_router(broker: Broker) -> APIRouter:
     router = APIRouter()
 
@@ -49,6 +64,40 @@ def service_router(broker: Broker) -> APIRouter:
         if path is None:
             raise NotFoundError(f"package {digest} is not stored", field="digest")
         return FileResponse(path, media_type="application/zip")
+
+    @router.post(
+        "/v1/jobs/{job_id}/progress",
+        response_model=ProgressOut,
+        tags=["jobs"],
+        openapi_extra={"security": [{"bearer": []}]},
+    )
+    async def report_progress(job_id: str, report: ProgressIn, request: Request) -> ProgressOut:
+        """An elastic attempt's progress: the first report ends its restore; `samples_per_s`
+        replaces the scheduler's estimate for its current size. A stale attempt's report is
+        answered with `accepted: false`."""
+        owner, _ = parse_attempt_id(report.attempt)
+        if owner != job_id:
+            raise RequestValidationError(
+                f"attempt {report.attempt} is not an attempt of job {job_id}", field="attempt"
+            )
+        if not _progress_token_ok(broker, request, report.attempt):
+            session = await authenticate(request)
+            job = await asyncio.to_thread(broker.store.get, job_id)
+            if job is None or job.caller != session.caller:
+                raise NotFoundError(f"no job {job_id}", field="job_id")
+            if job.spec.kind is not JobKind.ELASTIC:
+                raise RequestValidationError(
+                    f"job {job_id} is not elastic: only elastic jobs report progress",
+                    field="job_id",
+                )
+        accepted = broker.elastic.progress(
+            job_id,
+            report.attempt,
+            broker.clock(),
+            samples_per_s=report.samples_per_s,
+            fraction=report.fraction,
+        )
+        return ProgressOut(job=job_id, attempt=report.attempt, accepted=accepted)
 
     @router.get("/v1/pods", response_model=PodList, tags=["pods"])
     async def list_pods(session: Authed) -> PodList:

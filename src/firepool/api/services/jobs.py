@@ -74,7 +74,10 @@ def list_own(
 def cancel(context: ApiContext, caller: str, job_id: str) -> JobRecord:
     before = get_own(context, caller, job_id)
     after = context.store.cancel(before.id, now=context.clock())
-    if after.state == JobState.RUNNING and after.cancel_requested and not before.cancel_requested:
+    running_stop = after.state == JobState.RUNNING and after.cancel_requested
+    if (running_stop and not before.cancel_requested) or (
+        after.state == JobState.CANCELLED and before.state != JobState.CANCELLED
+    ):
         context.hooks.cancel_requested(after)
     return after
 

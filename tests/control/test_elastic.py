@@ -90,17 +90,17 @@ def test_resize_is_graceful_stop_then_start_with_new_world_size() -> None:
 def test_measured_times() -> None:
     life = ElasticLifecycle({"gpu": 4}, linear)
     life.submit(spec("a"), 0.0)  # waits 10 s for its first round
-    life.run_round(10.0, Fixed({"a": TWO}))  # restore from 10 to 25
+    life.run_round(10.0, Fixed({"a": TWO}))  # first start 10..25: queueing, not overhead
     life.progress("a", 1, 25.0)
     life.run_round(85.0, Fixed({"a": FOUR}))  # 60 s of progress, then checkpoint 85..95
     life.attempt_exited("a", 1, 95.0, "checkpointed")  # restore again 95..100
     life.progress("a", 2, 100.0)
     t = life.times("a", 160.0)
     assert t.t_progress == pytest.approx(60.0 + 60.0)
-    assert t.t_ckpt == pytest.approx(15.0 + 10.0 + 5.0)
+    assert t.t_ckpt == pytest.approx(10.0 + 5.0)
     assert t.t_queue == pytest.approx(10.0 + 15.0 + 5.0)
     r = life.round_input(160.0).jobs[0]
-    assert (r.t_progress, r.t_ckpt, r.t_queue, r.current) == (120.0, 30.0, 30.0, FOUR)
+    assert (r.t_progress, r.t_ckpt, r.t_queue, r.current) == (120.0, 15.0, 30.0, FOUR)
     assert r.age_s == 160.0 and r.restarts == 1
 
 

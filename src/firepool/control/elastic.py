@@ -18,7 +18,8 @@ Rounds run on a timer (default 60 s) and early on an arrival, a completion or a 
 Measured times, per job, from the events alone:
   T_progress  time with a running attempt after its first progress report;
   T_ckpt      time from an attempt's start decision to its first progress report (restore) plus
-              the time from a stop request to the exit (checkpoint);
+              the time from a stop request to the exit (checkpoint); a job's very first start
+              restores nothing and counts as queueing only;
   T_queue     time without an allocation or restoring (cumulative, it is the age key's input).
 `poisson_failures` is the experiments' failure hook: rate lambda per round per running job,
 driven by a random source passed in, so a seed reproduces the failure stream.
@@ -213,7 +214,8 @@ class ElasticLifecycle:
             job.t_queue += dt
         elif job.phase is Phase.RESTORING:
             job.t_queue += dt
-            job.t_ckpt += dt
+            if job.t_progress > 0.0:  # a first start restores nothing: not overhead
+                job.t_ckpt += dt
         elif job.phase is Phase.RUNNING:
             job.t_progress += dt
         elif job.phase is Phase.STOPPING:

@@ -20,12 +20,16 @@ would create another wave). Held pods count toward floor and ceiling but are sup
 their owner: those matched by the owner's own queued jobs count as idle for this pass.
 
 The plan is data. The driver reserves budget, calls the backend and feeds the results back.
+Each plan also says until when it stays valid (`stable_until`): for the same pods, queue and
+budget headroom, the only inputs that move with the clock are keep-alive expiry and the hold-
+breaking tenure, so a driver that knows nothing else changed (the simulator, which performs every
+change itself) may skip the pass instead of recomputing the same empty plan.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -92,6 +96,9 @@ class ScalePlan:
     create_standbys: list[str] = field(default_factory=list)  # one entry per standby: its group
     retire: list[Retired] = field(default_factory=list)
     blocked_at_ceiling: bool = False
+    # The same pods, queue and headroom give this very plan at any `now` before this time
+    # (the next keep-alive expiry or hold-breaking tenure): nothing else in it reads the clock.
+    stable_until: float = math.inf
 
     @property
     def empty(self) -> bool:
@@ -123,26 +130,39 @@ class _Tally:
         "held",
         "held_pods",
         "kinds",
+        "next_expiry",
         "physical",
+        "retiring",
+        "stale_pods",
         "units",
     )
 
     def __init__(self) -> None:
-        self.kinds: Counter[str] = Counter()
+        # Plain dicts, not Counters: a Counter costs ~1 us to build, and the simulator plans a
+        # small pool after every release.
+        self.kinds: dict[str, int] = {}
         self.held: list[_Unit] = []  # GPU pools
         self.expired: list[_Unit] = []  # GPU pools
         # CPU pools keep bare pods: allocating a unit per pod on a 100,000-pod pass costs more
         # in garbage collection than the whole tally.
         self.held_pods: list[Pod] = []
         self.expired_pods: list[Pod] = []
-        self.dedicated_supply: Counter[DedicatedCreate] = Counter()
+        self.dedicated_supply: dict[DedicatedCreate, int] = {}
         self.units: list[_Unit] = []  # every unit, for GPU pools only (standby staging)
         self.physical = 0
+        self.next_expiry = math.inf  # when the next idle unit's keep-alive runs out
+        # Pods in state RETIRING / STALE, for the template roll-out (CPU pools count them in
+        # the same pass; None: not counted, `_drain_stale` walks the pods itself).
+        self.retiring: int | None = None
+        self.stale_pods: list[Pod] = []
 
-    def held_owners(self) -> Counter[str | None]:
-        if self.held_pods:
-            return Counter(p.owner for p in self.held_pods)
-        return Counter(u.owner for u in self.held)
+    def held_owners(self) -> dict[str | None, int]:
+        out: dict[str | None, int] = {}
+        for owner in (p.owner for p in self.held_pods) if self.held_pods else (
+            u.owner for u in self.held
+        ):
+            out[owner] = out.get(owner, 0) + 1
+        return out
 
     def held_units(self) -> list[_Unit]:
         return self.held + [
@@ -185,7 +205,8 @@ def _tally_gpu(spec: PoolSpec, pods: Sequence[Pod], groups: Iterable[Group], now
     tally = _Tally()
     by_name = {p.name: p for p in pods}
     for group in groups:
-        members = [by_name[n] for n in group.pods if n in by_name]
+        # By name, not set order: retirements must not depend on string hashing.
+        members = [by_name[n] for n in sorted(group.pods) if n in by_name]
         if not members:
             continue
         kind = _classify(members, spec.template_version, spec.idle_timeout, now)
@@ -197,11 +218,16 @@ def _tally_gpu(spec: PoolSpec, pods: Sequence[Pod], groups: Iterable[Group], now
             since = min(p.idle_since for p in held)
         unit = _Unit(kind, members, owner, since, min(p.created_at for p in members))
         tally.units.append(unit)
-        tally.kinds[kind] += 1
+        tally.kinds[kind] = tally.kinds.get(kind, 0) + 1
         if kind == "held":
             tally.held.append(unit)
         elif kind == "expired":
             tally.expired.append(unit)
+        elif kind == "idle":
+            if all(p.state is _IDLE for p in members):  # expires when its last member does
+                expiry = since + spec.idle_timeout
+                if expiry < tally.next_expiry:
+                    tally.next_expiry = expiry
         elif kind == "dedicated":
             _count_dedicated_supply(tally, members)
     tally.physical = len(tally.units)
@@ -214,9 +240,11 @@ def _tally_cpu(spec: PoolSpec, pods: Sequence[Pod], now: float) -> _Tally:
     tally = _Tally()
     template = spec.template_version
     timeout = spec.idle_timeout
-    stale = starting = idle = assigned = running = dedicated = 0
+    stale = starting = idle = assigned = running = dedicated = retiring = 0
+    next_expiry = math.inf
     held_pods = tally.held_pods
     expired = tally.expired_pods
+    supply = tally.dedicated_supply
     for p in pods:
         st = p.state
         if st is _RUNNING:
@@ -234,13 +262,16 @@ def _tally_cpu(spec: PoolSpec, pods: Sequence[Pod], now: float) -> _Tally:
         elif st is _IDLE:
             if p.dedicated:
                 dedicated += 1
-                tally.dedicated_supply[DedicatedCreate(p.single_use, p.image)] += 1
+                key = DedicatedCreate(p.single_use, p.image)
+                supply[key] = supply.get(key, 0) + 1
             elif p.template != template:
                 stale += 1
             elif p.idle_since + timeout <= now:
                 expired.append(p)
             else:
                 idle += 1
+                if p.idle_since + timeout < next_expiry:
+                    next_expiry = p.idle_since + timeout
         elif st is _ASSIGNED:
             if p.dedicated:
                 dedicated += 1
@@ -249,25 +280,40 @@ def _tally_cpu(spec: PoolSpec, pods: Sequence[Pod], now: float) -> _Tally:
         elif st is _STARTING:
             if p.dedicated:
                 dedicated += 1
-                tally.dedicated_supply[DedicatedCreate(p.single_use, p.image)] += 1
+                key = DedicatedCreate(p.single_use, p.image)
+                supply[key] = supply.get(key, 0) + 1
             elif p.template != template:
                 stale += 1
             else:
                 starting += 1
         else:
             stale += 1
-    kinds = tally.kinds
-    kinds["stale"], kinds["starting"], kinds["idle"] = stale, starting, idle
-    kinds["assigned"], kinds["running"], kinds["dedicated"] = assigned, running, dedicated
-    kinds["held"], kinds["expired"] = len(held_pods), len(expired)
+            if st is _RETIRING:
+                retiring += 1
+            elif st is _STALE:
+                tally.stale_pods.append(p)
+    tally.kinds = {
+        "stale": stale,
+        "starting": starting,
+        "idle": idle,
+        "assigned": assigned,
+        "running": running,
+        "dedicated": dedicated,
+        "held": len(held_pods),
+        "expired": len(expired),
+    }
     tally.physical = len(pods)
+    tally.next_expiry = next_expiry
+    tally.retiring = retiring
     return tally
 
 
 def _count_dedicated_supply(tally: _Tally, members: list[Pod]) -> None:
+    supply = tally.dedicated_supply
     for p in members:
         if p.state is _STARTING or p.state is _IDLE:
-            tally.dedicated_supply[DedicatedCreate(p.single_use, p.image)] += 1
+            key = DedicatedCreate(p.single_use, p.image)
+            supply[key] = supply.get(key, 0) + 1
 
 
 def plan(
@@ -284,28 +330,32 @@ def plan(
     cores), None when unlimited."""
     tally = _tally_gpu(spec, pods, groups, now) if spec.is_gpu else _tally_cpu(spec, pods, now)
     kinds = tally.kinds
-    queued_by_caller: Counter[str] = Counter()
-    dedicated_demand: Counter[DedicatedCreate] = Counter()
+    queued_by_caller: dict[str, int] = {}
+    dedicated_demand: dict[DedicatedCreate, int] = {}
+    queued_shared = 0
     for q in queued:
         if q.dedicated:
-            dedicated_demand[DedicatedCreate(q.single_use, q.image)] += q.pods
+            key = DedicatedCreate(q.single_use, q.image)
+            dedicated_demand[key] = dedicated_demand.get(key, 0) + q.pods
         else:
-            queued_by_caller[q.caller] += q.pods
-    held_by_owner = tally.held_owners()
-    matched = sum(
-        min(n, queued_by_caller.get(owner or "", 0)) for owner, n in held_by_owner.items()
-    )
+            queued_by_caller[q.caller] = queued_by_caller.get(q.caller, 0) + q.pods
+            queued_shared += q.pods
+    matched = 0
+    if queued_by_caller and (tally.held_pods or tally.held):
+        for owner, n in tally.held_owners().items():
+            matched += min(n, queued_by_caller.get(owner or "", 0))
 
-    starting = kinds["starting"]
-    unheld_idle = kinds["idle"] + kinds["expired"]
+    get = kinds.get
+    starting = get("starting", 0)
+    unheld_idle = get("idle", 0) + get("expired", 0)
     idle = unheld_idle + matched
-    held = kinds["held"] - matched
-    assigned, running = kinds["assigned"], kinds["running"]
+    held = get("held", 0) - matched
+    assigned, running = get("assigned", 0), get("running", 0)
     busy = assigned + running
-    stale = kinds["stale"]
-    single_use = kinds["dedicated"]
+    stale = get("stale", 0)
+    single_use = get("dedicated", 0)
     physical = tally.physical
-    demand = sum(queued_by_caller.values()) + busy
+    demand = queued_shared + busy
     eligible = starting + idle + busy
 
     floor_deficit = max(0, spec.min_count - (physical - single_use))
@@ -315,7 +365,7 @@ def plan(
     head = room if headroom_units is None else max(0, headroom_units // per_unit)
     add = max(0, min(max(floor_deficit, demand_deficit), room, spec.step, head))
 
-    expired_count = kinds["expired"]
+    expired_count = get("expired", 0)
     census = Census(
         starting=starting,
         idle=idle,
@@ -329,24 +379,21 @@ def plan(
         eligible=eligible,
         physical=physical,
     )
-    result = ScalePlan(spec.name, census, create=add)
+    result = ScalePlan(spec.name, census, create=add, stable_until=tally.next_expiry)
 
     # Dedicated pods (single-use, custom image) for queued jobs that only they can serve.
-    supply = tally.dedicated_supply
-    budget = min(room, spec.step, head) - add
-    for key, wanted in sorted(dedicated_demand.items(), key=lambda kv: str(kv[0])):
-        for _ in range(max(0, wanted - supply[key])):
-            if budget <= 0:
-                break
-            result.create_dedicated.append(key)
-            budget -= 1
-
-    deficit_left = (
-        demand_deficit
-        - add
-        + sum(max(0, n - supply[k]) for k, n in dedicated_demand.items())
-        - len(result.create_dedicated)
-    )
+    deficit_left = demand_deficit - add
+    if dedicated_demand:
+        supply = tally.dedicated_supply
+        budget = min(room, spec.step, head) - add
+        for key, wanted in sorted(dedicated_demand.items(), key=lambda kv: str(kv[0])):
+            for _ in range(max(0, wanted - supply.get(key, 0))):
+                if budget <= 0:
+                    break
+                result.create_dedicated.append(key)
+                budget -= 1
+        deficit_left += sum(max(0, n - supply.get(k, 0)) for k, n in dedicated_demand.items())
+        deficit_left -= len(result.create_dedicated)
     result.blocked_at_ceiling = deficit_left > 0 and (room - add <= 0 or head - add <= 0)
     if result.blocked_at_ceiling:
         _break_holds(result, tally.held_units(), queued_by_caller, deficit_left, now, config)
@@ -358,7 +405,7 @@ def plan(
         for unit in tally.expired_units(remove) if remove else ():
             result.retire.extend(Retired(p.name, RetireReason.SCALE_DOWN) for p in unit.members)
 
-    _drain_stale(result, pods, config)
+    _drain_stale(result, pods, config, tally)
     if spec.standbys_per_active:
         _stage_standbys(result, spec, tally.units)
     return result
@@ -367,7 +414,7 @@ def plan(
 def _break_holds(
     result: ScalePlan,
     held_units: list[_Unit],
-    queued_by_caller: Counter[str],
+    queued_by_caller: dict[str, int],
     wanted: int,
     now: float,
     config: ScalerConfig,
@@ -375,31 +422,37 @@ def _break_holds(
     """A queued job is blocked at the ceiling: free capacity held for callers who are not
     waiting, oldest hold first, only on pods past the minimum tenure. A broken hold retires
     its pod; it is never handed to another caller."""
-    candidates = sorted(
-        (
-            u
-            for u in held_units
-            if queued_by_caller.get(u.owner or "", 0) == 0
-            and u.tenure + config.hold_break_min_tenure <= now
-        ),
-        key=lambda u: u.since,
-    )
+    eligible: list[_Unit] = []
+    for u in held_units:
+        if queued_by_caller.get(u.owner or "", 0):
+            continue
+        ripe = u.tenure + config.hold_break_min_tenure
+        if ripe <= now:
+            eligible.append(u)
+        elif ripe < result.stable_until:
+            result.stable_until = ripe  # a younger hold becomes breakable then
+    candidates = sorted(eligible, key=lambda u: u.since)
     for unit in candidates[:wanted]:
         result.retire.extend(
             Retired(p.name, RetireReason.HOLD_BROKEN) for p in unit.members if p.state is _HELD
         )
 
 
-def _drain_stale(result: ScalePlan, pods: Sequence[Pod], config: ScalerConfig) -> None:
+def _drain_stale(
+    result: ScalePlan, pods: Sequence[Pod], config: ScalerConfig, tally: _Tally
+) -> None:
     """Roll out a new template gradually: at most `drain_budget` old pods retiring at once."""
-    retiring = 0
-    stale: list[Pod] = []
-    for p in pods:
-        st = p.state
-        if st is _RETIRING:
-            retiring += 1
-        elif st is _STALE:
-            stale.append(p)
+    if tally.retiring is not None:  # counted in the tally's pass
+        retiring, stale = tally.retiring, tally.stale_pods
+    else:
+        retiring = 0
+        stale = []
+        for p in pods:
+            st = p.state
+            if st is _RETIRING:
+                retiring += 1
+            elif st is _STALE:
+                stale.append(p)
     allowance = config.drain_budget - retiring
     if allowance <= 0 or not stale:
         return

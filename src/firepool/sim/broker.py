@@ -8,6 +8,12 @@ store, call the (virtual) backend, wait the venue's delays, and feed events back
 service (`service/broker.py`), submissions, releases and pod readiness wake the dispatcher, a
 fallback tick (3 s) runs it while jobs wait, and the scaler runs every `reconcile_s` and at once
 after a release or when a dispatch pass leaves a job waiting for capacity.
+
+The simulator makes every change to its tracker, queue and ledger itself, so it knows when a
+pool's scaler inputs are untouched since the last pass. A pass whose plan was empty is then
+skipped until one of them changes or the plan's `stable_until` (the next keep-alive expiry or
+hold tenure) comes: the skipped pass would have computed the same empty plan, so runs are
+identical with and without the skip (`check_skips=True` computes it anyway and asserts that).
 """
 
 from __future__ import annotations
@@ -20,7 +26,14 @@ from dataclasses import dataclass, field
 from firepool.control.admission import admit
 from firepool.control.budgets import BudgetLedger
 from firepool.control.dispatch import AttemptEnd, QueuedJob, dispatch_pass, judge
-from firepool.control.records import ClaimRequest, Lease, Promotion, Retired, WaitReason
+from firepool.control.records import (
+    ClaimRequest,
+    Lease,
+    Promotion,
+    Retired,
+    Wait,
+    WaitReason,
+)
 from firepool.control.scaler import QueuedDemand, plan
 from firepool.control.tracker import Tracker
 from firepool.model import AcquisitionPath, JobSpec, PodState, PoolSpec
@@ -87,6 +100,7 @@ class SimBroker:
         *,
         reconcile_s: float = 30.0,
         dispatch_tick_s: float = 3.0,
+        check_skips: bool = False,
     ) -> None:
         self.loop = loop
         self.venue = venue
@@ -110,6 +124,18 @@ class SimBroker:
         self.peak_units = 0  # peak units wanted by submitted, unfinished jobs
         self._unit_of = {p.name: max(1, p.units_per_pod) for p in self.specs.values()}
         self._stopped = False
+        # Per pool: bumped on every change to its pods, and to its queue; and the last empty
+        # plan's (pods, queue, headroom, stable_until), under which a pass may be skipped.
+        self._gen = dict.fromkeys(self.specs, 0)
+        self._queue_gen = dict.fromkeys(self.specs, 0)
+        self._quiet: dict[str, tuple[int, int, int | None, float]] = {}
+        self._check_skips = check_skips
+        self.passes_skipped = 0
+        # Per queued job: the pool generation at which its claim last found no capacity, and
+        # that answer. A claim only takes pods, never frees them, and time only expires holds,
+        # so with the pool untouched since, the claim would fail the same way: it is not
+        # repeated on every pass (the dispatcher sees the same queue order and outcomes).
+        self._no_capacity: dict[str, tuple[int, Wait]] = {}
         loop.after(reconcile_s, self._periodic)
 
     # ---------------------------------------------------------------- set-up
@@ -160,6 +186,7 @@ class SimBroker:
             job, req.caller, req.pool, req.queue, req.tag, req.pods, req.single_use, queued_at=now
         )
         self.queued[job] = QueuedJob(request, 0, now)
+        self._queue_gen[req.pool] += 1
         self._wake_dispatch()
 
     # ---------------------------------------------------------------- dispatch
@@ -173,11 +200,38 @@ class SimBroker:
         if not self.queued:
             return
         now = self.loop.now
-        result = dispatch_pass(self.tracker, list(self.queued.values()), now)
+        gen = self._gen
+        known = self._no_capacity
+        todo: list[QueuedJob] = []
+        skipped: list[Wait] = []
+        for q in self.queued.values():
+            seen = known.get(q.request.job)
+            if seen is not None and seen[0] == gen[q.request.pool]:
+                skipped.append(seen[1])
+                if self._check_skips:
+                    todo.append(q)
+            else:
+                todo.append(q)
+        result = dispatch_pass(self.tracker, todo, now)
+        if self._check_skips:
+            placed = {lease.job for lease in result.leases}
+            wrong = [w.job for w in skipped if w.job in placed]
+            if wrong:
+                raise AssertionError(f"skipped claims that would have succeeded: {wrong}")
+            skipped = []
+        for w in result.waiting:
+            if w.reason is WaitReason.NO_CAPACITY:
+                known[w.job] = (gen[self.queued[w.job].request.pool], w)
         for lease in result.leases:
             self._commit(lease, now)
-        pools = {self.queued[w.job].request.pool for w in result.waiting
-                 if w.reason is WaitReason.NO_CAPACITY}
+        waiting = result.waiting
+        if skipped:
+            waiting = waiting + skipped
+            if len(self.specs) > 1:  # the wake-up order below follows the queue order
+                waiting.sort(key=lambda w: self.queued[w.job].order_key)
+        # An ordered set: the wake-up order must not depend on string hashing.
+        pools = dict.fromkeys(self.queued[w.job].request.pool for w in waiting
+                              if w.reason is WaitReason.NO_CAPACITY)
         for pool in pools:
             self._wake_reconcile(pool)
         if self.queued and not self._tick_pending:
@@ -194,6 +248,9 @@ class SimBroker:
     def _commit(self, lease: Lease, now: float) -> None:
         job = lease.job
         del self.queued[job]
+        self._no_capacity.pop(job, None)
+        self._gen[lease.pool] += 1
+        self._queue_gen[lease.pool] += 1
         bindings = [
             PodBinding(rank, p.name, p.path, p.reason.value, lease.pool)
             for rank, p in enumerate(lease.pods)
@@ -210,6 +267,7 @@ class SimBroker:
     def _launch(self, job: str, standby: bool) -> None:
         for name in self.tracker.job_pods(job):
             self.tracker.mark_running(name)
+        self._gen[self.stats[job].pool] += 1
         v, rng = self.venue, self.rng
         delay = v.handoff.sample(rng) + v.first_instruction.sample(rng)
         promote = v.promote.sample(rng) if standby else 0.0
@@ -236,6 +294,7 @@ class SimBroker:
     def _reset_done(self, job: str) -> None:
         now = self.loop.now
         result = self.tracker.release(job, now)
+        self._gen[self.stats[job].pool] += 1
         for _, until in result.held:
             self.loop.at(until, self._expire_holds)
         self._retired(result.retired)
@@ -253,7 +312,12 @@ class SimBroker:
             self.backend.delete(r.pod)
 
     def _expire_holds(self, _: object = None) -> None:
-        self._retired(self.tracker.expire_holds(self.loop.now))
+        retired = self.tracker.expire_holds(self.loop.now)
+        for r in retired:
+            pod = self.tracker.get(r.pod)
+            if pod is not None:
+                self._gen[pod.pool] += 1
+        self._retired(retired)
 
     # ---------------------------------------------------------------- scaling
     def _wake_reconcile(self, pool: str) -> None:
@@ -276,6 +340,22 @@ class SimBroker:
     def _reconcile(self, pool: str) -> None:
         spec = self.specs[pool]
         now = self.loop.now
+        gen, queue_gen = self._gen[pool], self._queue_gen[pool]
+        headroom = self.ledger.headroom(spec.budget_resource)
+        quiet = self._quiet.get(pool)
+        if (
+            quiet is not None
+            and quiet[0] == gen
+            and quiet[1] == queue_gen
+            and quiet[2] == headroom
+            and now < quiet[3]
+        ):
+            self.passes_skipped += 1
+            if not self._check_skips:
+                return
+            skipped = True
+        else:
+            skipped = False
         demand = [
             QueuedDemand(q.request.caller, q.request.pods, q.request.single_use)
             for q in self.queued.values()
@@ -285,11 +365,18 @@ class SimBroker:
         p = plan(
             spec,
             tracker.pool_pods(pool),
-            tracker.pool_groups(pool),
+            tracker.pool_groups(pool) if spec.is_gpu else (),  # CPU plans read no groups
             demand,
             now,
-            headroom_units=self.ledger.headroom(spec.budget_resource),
+            headroom_units=headroom,
         )
+        if p.empty:
+            self._quiet[pool] = (gen, queue_gen, headroom, p.stable_until)
+            return
+        if skipped:
+            raise AssertionError(f"skipped a scaler pass of {pool} whose plan was not empty: {p}")
+        self._quiet.pop(pool, None)
+        self._gen[pool] += 1
         units = max(1, spec.units_per_pod)
         for order in admit(p, spec, self.ledger, lambda: next(self._names)):
             tracker.add_pod(
@@ -318,12 +405,15 @@ class SimBroker:
                 self.backend.delete(name)
             return
         self.tracker.pod_ready(name, self.loop.now)
+        self._gen[pod.pool] += 1
         self._wake_dispatch()
 
     def _pod_deleted(self, name: str) -> None:
         pod = self.tracker.get(name)
         pool = pod.pool if pod is not None else None
         freed, promoted = self.tracker.pod_deleted(name)
+        if pool is not None:
+            self._gen[pool] += 1
         if freed is not None:
             self.ledger.release(freed)
             if pool is not None:

@@ -7,6 +7,7 @@ ties in scheduling order, which is what makes a run deterministic for a seed. On
 
 from __future__ import annotations
 
+import gc
 import heapq
 from collections.abc import Callable
 from typing import Any
@@ -34,7 +35,19 @@ class EventLoop:
         self.at(self.now + delay, fn, arg)
 
     def run(self, until: float = float("inf"), stop: Callable[[], bool] | None = None) -> None:
-        """Execute events in time order until none are left, `until` passes, or `stop()`."""
+        """Execute events in time order until none are left, `until` passes, or `stop()`.
+
+        The young-generation collection threshold is raised while it runs: a run allocates
+        short-lived records by the million and makes few cycles, and collecting every 700
+        allocations cost ~5-10% of the event rate. The previous thresholds come back after."""
+        old = gc.get_threshold()
+        gc.set_threshold(max(old[0], 50_000), old[1], old[2])
+        try:
+            self._run(until, stop)
+        finally:
+            gc.set_threshold(*old)
+
+    def _run(self, until: float, stop: Callable[[], bool] | None) -> None:
         heap = self._heap
         pop = heapq.heappop
         while heap:

@@ -9,7 +9,6 @@ race in production loses it here too. Not thread-safe: the simulator is single-t
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -169,8 +168,10 @@ class MemStore:
     ) -> None:
         attempts = self._attempts[job.id]
         if attempts and attempts[-1].finished_at is None:
-            attempts[-1] = dataclasses.replace(
-                attempts[-1], state=state, finished_at=now, exit_code=exit_code, error_class=error
+            last = attempts[-1]  # built directly: dataclasses.replace introspects every call
+            attempts[-1] = AttemptRecord(
+                last.id, last.job_id, last.retry, state, last.started_at, now, exit_code, error,
+                last.pods,
             )
 
     def finish(

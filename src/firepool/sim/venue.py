@@ -15,6 +15,7 @@ import json
 import math
 import random
 from dataclasses import asdict, dataclass, field, fields
+from functools import cache
 from pathlib import Path
 
 _Z90 = 1.2815515655446004  # the standard normal's 90th percentile
@@ -33,15 +34,21 @@ class Dist:
 
     @property
     def sigma(self) -> float:
-        if self.median <= 0.0 or self.p90 <= self.median:
-            return 0.0
-        return math.log(self.p90 / self.median) / _Z90
+        return _sigma(self.median, self.p90)
 
     def sample(self, rng: random.Random) -> float:
-        s = self.sigma
+        s = _sigma(self.median, self.p90)
         if s == 0.0:
             return self.median
         return self.median * math.exp(s * rng.gauss(0.0, 1.0))
+
+
+@cache
+def _sigma(median: float, p90: float) -> float:
+    """Log-normal sigma from the median and p90; cached, as every sampled delay needs it."""
+    if median <= 0.0 or p90 <= median:
+        return 0.0
+    return math.log(p90 / median) / _Z90
 
 
 def const(value: float) -> Dist:

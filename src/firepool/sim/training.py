@@ -1,45 +1,67 @@
-"""Elastic training jobs in rounds, sized by a round policy from `scheduling/`.
+"""Elastic training jobs in virtual time, driven through the shared `ElasticLifecycle`.
 
-Follows the scheduler paper's simulator (section IV): a round every 60 s; the policy sees each
-active job's candidate configurations, goodput estimates from the fitted model, and the measured
-`T_progress`, `T_ckpt`, `T_queue`; a configuration change or a failure costs the job its
-application's restart penalty of no progress (added to `T_ckpt`); failures are Bernoulli with
-probability lambda per round per running job (the paper's Poisson stream), drawn from a
-generator seeded per (seed, job, round) so every policy meets the same failure stream.
+The scheduler paper's simulator (section IV) on the control code the service runs: jobs are
+submitted to `control/elastic.py`'s lifecycle when they arrive; a round runs whenever the
+lifecycle says one is due (a 60-s timer, and at once on an arrival, a completion or a failure);
+and this driver only executes its decisions in virtual time, as the service does in real time:
 
-The measurements (`T_progress` grows while the job trains, `T_queue` while it has no allocation
-or is restoring) belong in `control/elastic.py` once it lands; see the report in
-docs/reproduction.md.
+* `StopAttempt`   the attempt saves its checkpoint (`RestartCost.save_s`), then exits:
+                  `attempt_exited(..., "checkpointed")`;
+* `StartAttempt`  the new attempt restores (`RestartCost.restore_s`; nothing to restore before
+                  the first progress), and its first progress report ends the restore;
+* progress        reported at the end of every restore and whenever training crosses a tenth of
+                  the job, with the `fraction`, so the goodput prior follows training progress;
+* completion      `attempt_exited(..., "completed")` once all the job's samples are processed;
+* failures        at every 60-s slot boundary each restoring or running attempt fails with
+                  probability lambda, drawn from `trainmodel.fails(seed, job, slot)`, so every
+                  policy meets the same failure stream: `attempt_exited(..., "failed")`, which
+                  makes the next round due at once.
+
+`T_progress`, `T_ckpt`, `T_queue` and the restart count are the lifecycle's own measurements,
+read back for the results. Within one instant, job events run first, then failures, then at
+most one round, so several events at the same time share a round. Deterministic for a seed.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
 
 import numpy as np
 
+from firepool.control.elastic import Decision as ElasticDecision
+from firepool.control.elastic import (
+    ElasticJobSpec,
+    ElasticLifecycle,
+    ExitOutcome,
+    StartAttempt,
+    StopAttempt,
+    Unplaceable,
+)
 from firepool.scheduling import (
     Configuration,
-    GpuSpec,
-    JobRoundState,
-    RoundInput,
     RoundPolicy,
-    app_model,
-    candidate_configurations,
-    estimate_goodputs,
-    p_restart_for,
+    SiaPolicy,
+    ThroughputObservation,
 )
+from firepool.sim.trainmodel import (
+    BUCKETS,
+    CLUSTER_CAPACITY,
+    SLOT_S,
+    RestartCost,
+    configs,
+    fails,
+    goodputs,
+    rate,
+)
+from firepool.sim.trainpolicy import PolicyView
 
-#: The scheduler paper's testbed: 12 V100 16 GB in 3 nodes of 4 (section IV-A). Speed 2.0 against
-#: the T4 the traces were measured on is the assumption `scheduling.synthetic` also makes.
-V100 = GpuSpec("V100", 16.0, 2.0, 4)
-CLUSTER_GPUS: Mapping[str, GpuSpec] = {"V100": V100}
-CLUSTER_CAPACITY: Mapping[str, int] = {"V100": 12}
-REPLICAS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12)
-_BUCKETS = 10  # goodput is re-estimated at progress 0.0, 0.1, ... (the GNS table's resolution)
+# Event kinds, in the order they run within one instant.
+_JOB, _SLOT, _ROUND = 0, 1, 2
+# What a job event means (an arrival has epoch -1).
+_RESTORED, _CROSSED, _SAVED = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,31 +76,17 @@ class TrainSpec:
 
 
 @dataclass(slots=True)
-class _Job:
-    spec: TrainSpec
-    configs: tuple[Configuration, ...]
-    done: float = 0.0
-    current: Configuration | None = None
-    down: float = 0.0  # seconds of restore left
-    t_progress: float = 0.0
-    t_ckpt: float = 0.0
-    t_queue: float = 0.0
-    restarts: int = 0
-    finished: float = -1.0
-
-    @property
-    def fraction(self) -> float:
-        return min(1.0, self.done / self.spec.work)
-
-
-@dataclass(slots=True)
 class TrainResult:
     policy: str
     jct: dict[str, float] = field(default_factory=dict)
     restarts: int = 0
     rounds: int = 0
+    decisions: int = 0  # rounds the policy actually solved (the rest reused a memo)
     decide_s: float = 0.0
     unfinished: int = 0
+    t_ckpt: float = 0.0  # summed over jobs, as the lifecycle measured them
+    t_queue: float = 0.0
+    t_progress: float = 0.0
 
     @property
     def mean_jct(self) -> float:
@@ -89,45 +97,247 @@ class TrainResult:
         return max(self.jct.values()) if self.jct else math.nan
 
 
-@cache
-def _configs(app: str, max_replicas: int) -> tuple[Configuration, ...]:
-    choices = tuple(r for r in REPLICAS if r <= max_replicas)
-    keep, _ = candidate_configurations(
-        app_model(app), CLUSTER_GPUS, replica_choices=choices, max_replicas=max_replicas
-    )
-    return keep
+# A job's phase as the simulator executes it (the lifecycle keeps its own, for the policy).
+_IDLE, _RESTORING, _TRAINING, _SAVING = 0, 1, 2, 3
 
 
-@cache
-def _goodputs(app: str, configs: tuple[Configuration, ...], bucket: int) -> tuple[float, ...]:
-    return estimate_goodputs(app_model(app), configs, CLUSTER_GPUS, progress=bucket / _BUCKETS)
+@dataclass(slots=True)
+class _Job:
+    """The simulator's side of one job: how much it has trained, and at what rate now."""
+
+    index: int
+    spec: TrainSpec
+    job_id: str
+    done: float = 0.0  # samples processed
+    bucket: int = 0  # progress tenth, 0..BUCKETS-1
+    phase: int = _IDLE
+    attempt: int = 0  # the live attempt, 0 when none
+    config: Configuration | None = None
+    rate: float = 0.0
+    since: float = 0.0  # when `done` was last brought up to date
+    epoch: int = 0  # bumped to drop the job's pending event
 
 
-@cache
-def _rate(app: str, cfg: Configuration, bucket: int) -> float:
-    """Samples per second (at M0 efficiency) of `app` on `cfg` at this progress bucket."""
-    spec = CLUSTER_GPUS[cfg.gpu_type]
-    value, _ = app_model(app).goodput(
-        cfg.nodes,
-        cfg.replicas,
-        progress=bucket / _BUCKETS,
-        speed=spec.speed,
-        memory_gib=spec.memory_gib,
-    )
-    return value
+class _Driver:
+    """Executes the lifecycle's decisions for one run; one object per `simulate` call."""
 
+    def __init__(
+        self,
+        view: PolicyView,
+        jobs: Sequence[TrainSpec],
+        lam: float,
+        seed: int,
+        round_s: float,
+        cost: RestartCost,
+    ) -> None:
+        self.view = view
+        self.lam = lam
+        self.seed = seed
+        self.cost = cost
+        self.life = ElasticLifecycle(CLUSTER_CAPACITY, self._goodputs, round_s=round_s)
+        self.jobs = [_Job(i, s, str(i)) for i, s in enumerate(jobs)]
+        self.by_id = {j.job_id: j for j in self.jobs}
+        self.heap: list[tuple[float, int, int, int, int, int]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.left = len(self.jobs)  # not finished
+        self.active = 0  # arrived and not finished
+        self.live = 0  # attempts restoring or training: what can fail
+        self.round_queued = False
+        self.timer_at = math.inf
+        self.slot_queued = False
+        self.finished: dict[str, float] = {}
 
-def _fails(seed: int, job: int, rnd: int, lam: float) -> bool:
-    """The shared failure stream: the same (seed, job, round) fails under every policy."""
-    if lam <= 0.0:
-        return False
-    x = (seed * 0x9E3779B1 + job * 0x85EBCA77 + rnd * 0xC2B2AE3D) & 0xFFFFFFFF
-    x ^= x >> 16
-    x = (x * 0x7FEB352D) & 0xFFFFFFFF
-    x ^= x >> 15
-    x = (x * 0x846CA68B) & 0xFFFFFFFF
-    x ^= x >> 16
-    return x / 4294967296.0 < lam
+    # ------------------------------------------------------------------ lifecycle inputs
+
+    def _goodputs(
+        self, spec: ElasticJobSpec, observed: Sequence[ThroughputObservation], fraction: float
+    ) -> tuple[float, ...]:
+        """The fitted prior at the reported progress. The simulated throughput is that very
+        prior, so the driver reports no measured rate (it would only restate the prior)."""
+        job = self.by_id[spec.job_id]
+        bucket = min(BUCKETS - 1, int(fraction * BUCKETS))
+        return goodputs(job.spec.app, job.spec.max_replicas, bucket)
+
+    def remaining_work(self, job_id: str) -> float:
+        """Seconds of work left on one GPU at the current progress (Gavel's input)."""
+        job = self.by_id[job_id]
+        self._bring_up_to_date(job)
+        one = configs(job.spec.app, job.spec.max_replicas)[0]
+        return max(1.0, job.spec.work - job.done) / max(rate(job.spec.app, one, job.bucket), 1e-9)
+
+    # ------------------------------------------------------------------ event queue
+
+    def _push(self, at: float, kind: int, a: int = 0, b: int = 0, c: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (at, kind, self.seq, a, b, c))
+
+    def _want_round(self) -> None:
+        if not self.round_queued and self.life.round_due(self.now) is not None:
+            self.round_queued = True
+            self._push(self.now, _ROUND)
+
+    def _arm_timer(self) -> None:
+        at = self.life.next_round_at
+        if at != self.timer_at:
+            self.timer_at = at
+            self._push(at, _ROUND, 1)
+
+    def _arm_slot(self) -> None:
+        if self.lam > 0.0 and self.live and not self.slot_queued:
+            self.slot_queued = True
+            self._push(math.floor(self.now / SLOT_S) * SLOT_S + SLOT_S, _SLOT)
+
+    # ------------------------------------------------------------------ run
+
+    def run(self, max_rounds: int) -> None:
+        for job in self.jobs:
+            self._push(job.spec.arrival, _JOB, job.index, -1)
+        heap = self.heap
+        pop = heapq.heappop
+        while heap and self.left and self.view.rounds < max_rounds:
+            at, kind, _, a, b, c = pop(heap)
+            self.now = at
+            if kind == _JOB:
+                job = self.jobs[a]
+                if b < 0:
+                    self._arrive(job)
+                elif b == job.epoch:
+                    if c == _RESTORED:
+                        self._restored(job)
+                    elif c == _CROSSED:
+                        self._crossed(job)
+                    else:
+                        self._saved(job)
+            elif kind == _SLOT:
+                self.slot_queued = False
+                self._failures()
+            elif a == 0 or at == self.timer_at:
+                if a:
+                    self.timer_at = math.inf
+                else:
+                    self.round_queued = False
+                # A round with no job in the system decides nothing, and the next arrival
+                # runs a round (and resets the timer) anyway: skipping it changes nothing.
+                if self.active and self.life.round_due(at) is not None:
+                    self._round()
+
+    def _arrive(self, job: _Job) -> None:
+        s = job.spec
+        self.active += 1
+        self.life.submit(
+            ElasticJobSpec(
+                job.job_id,
+                s.app,
+                configs(s.app, s.max_replicas),
+                submitted_at=s.arrival,
+                progress_fraction=0.0,
+            ),
+            self.now,
+        )
+        self._want_round()
+
+    def _round(self) -> None:
+        outcome = self.life.run_round(self.now, self.view)
+        self._execute(outcome.decisions)
+        self._arm_timer()
+
+    def _execute(self, decisions: Sequence[ElasticDecision]) -> None:
+        for d in decisions:
+            if isinstance(d, StopAttempt):
+                self._stop(self.by_id[d.job_id])
+            elif isinstance(d, StartAttempt):
+                self._start(self.by_id[d.job_id], d)
+            elif isinstance(d, Unplaceable):  # pragma: no cover - every job fits 12 GPUs
+                raise RuntimeError(f"job {d.job_id} cannot run on this cluster: {d.reason}")
+        self._want_round()
+        self._arm_slot()
+
+    # ------------------------------------------------------------------ one job
+
+    def _bring_up_to_date(self, job: _Job) -> None:
+        if job.phase == _TRAINING:
+            job.done = min(job.spec.work, job.done + job.rate * (self.now - job.since))
+        job.since = self.now
+
+    def _halt(self, job: _Job, phase: int) -> None:
+        """The live attempt stops making progress (stop, failure, end): drop its pending
+        event."""
+        self._bring_up_to_date(job)
+        if job.phase in (_RESTORING, _TRAINING):
+            self.live -= 1
+        job.phase = phase
+        job.epoch += 1
+
+    def _exited(self, job: _Job, outcome: ExitOutcome) -> Sequence[ElasticDecision]:
+        attempt, job.attempt, job.config = job.attempt, 0, None
+        job.phase = _IDLE
+        return self.life.attempt_exited(job.job_id, attempt, self.now, outcome)
+
+    def _stop(self, job: _Job) -> None:
+        self._halt(job, _SAVING)
+        self._push(self.now + self.cost.save_s(job.spec.app), _JOB, job.index, job.epoch, _SAVED)
+
+    def _saved(self, job: _Job) -> None:
+        self._execute(self._exited(job, "checkpointed"))
+
+    def _start(self, job: _Job, d: StartAttempt) -> None:
+        job.attempt = d.attempt
+        job.config = d.configuration
+        job.phase = _RESTORING
+        job.epoch += 1
+        job.since = self.now
+        self.live += 1
+        # Nothing to restore before the job has trained at all.
+        restore = self.cost.restore_s(job.spec.app) if job.done > 0.0 else 0.0
+        if restore > 0.0:
+            self._push(self.now + restore, _JOB, job.index, job.epoch, _RESTORED)
+        else:
+            self._restored(job)
+
+    def _restored(self, job: _Job) -> None:
+        self.life.progress(job.job_id, job.attempt, self.now, fraction=job.bucket / BUCKETS)
+        job.phase = _TRAINING
+        job.since = self.now
+        self._train(job)
+
+    def _train(self, job: _Job) -> None:
+        """Set the rate for the current bucket and schedule the next crossing (or the end)."""
+        assert job.config is not None
+        job.rate = rate(job.spec.app, job.config, job.bucket)
+        target = job.spec.work * (job.bucket + 1) / BUCKETS
+        need = max(0.0, target - job.done)
+        self._push(self.now + need / job.rate, _JOB, job.index, job.epoch, _CROSSED)
+
+    def _crossed(self, job: _Job) -> None:
+        self._bring_up_to_date(job)
+        if job.bucket + 1 >= BUCKETS:
+            job.done = job.spec.work
+            self._complete(job)
+            return
+        job.bucket += 1
+        job.done = max(job.done, job.spec.work * job.bucket / BUCKETS)
+        self.life.progress(job.job_id, job.attempt, self.now, fraction=job.bucket / BUCKETS)
+        self._train(job)
+
+    def _complete(self, job: _Job) -> None:
+        self._halt(job, _IDLE)
+        self.left -= 1
+        self.active -= 1
+        self.finished[job.spec.name] = self.now - job.spec.arrival
+        self._execute(self._exited(job, "completed"))
+
+    def _failures(self) -> None:
+        slot = round(self.now / SLOT_S)
+        failed = [
+            job
+            for job in self.jobs
+            if job.phase in (_RESTORING, _TRAINING) and fails(self.seed, job.index, slot, self.lam)
+        ]
+        for job in failed:
+            self._halt(job, _IDLE)
+            self._execute(self._exited(job, "failed"))
+        self._arm_slot()
 
 
 def simulate(
@@ -138,93 +348,24 @@ def simulate(
     seed: int = 0,
     round_s: float = 60.0,
     mask_restart: bool = False,
+    cost: RestartCost | None = None,
     max_rounds: int = 200_000,
 ) -> TrainResult:
     """Run `jobs` to completion under `policy`; `mask_restart` hides progress from the policy
     (r = 1 for every job: ablation cell b)."""
-    import time
-
-    state = [_Job(s, _configs(s.app, s.max_replicas)) for s in jobs]
-    order = sorted(range(len(state)), key=lambda i: state[i].spec.arrival)
-    result = TrainResult(policy.name)
-    now = 0.0
-    rnd = 0
-    left = len(state)
-    while left and rnd < max_rounds:
-        active = [i for i in order if state[i].finished < 0 and state[i].spec.arrival <= now]
-        if not active:
-            now = min(state[i].spec.arrival for i in order if state[i].finished < 0)
-            now = math.ceil(now / round_s) * round_s
-            continue
-        rows = []
-        for i in active:
-            j = state[i]
-            bucket = min(_BUCKETS - 1, int(j.fraction * _BUCKETS))
-            age = now - j.spec.arrival
-            rows.append(
-                JobRoundState(
-                    job_id=str(i),
-                    configurations=j.configs,
-                    goodputs=_goodputs(j.spec.app, j.configs, bucket),
-                    app=j.spec.app,
-                    t_progress=0.0 if mask_restart else j.t_progress,
-                    t_ckpt=j.t_ckpt,
-                    t_queue=j.t_queue,
-                    current=j.current,
-                    age_s=age,
-                    restarts=j.restarts,
-                    remaining_work=max(1.0, j.spec.work - j.done)
-                    / max(_rate(j.spec.app, j.configs[0], bucket), 1e-9),
-                )
-            )
-        t0 = time.perf_counter()
-        decision = policy.decide(RoundInput(dict(CLUSTER_CAPACITY), tuple(rows), round_s))
-        result.decide_s += time.perf_counter() - t0
-        result.rounds += 1
-        for i in active:
-            j = state[i]
-            cfg = decision.assignments.get(str(i))
-            penalty = p_restart_for(j.spec.app)
-            if cfg != j.current:
-                if cfg is not None and (j.current is not None or j.done > 0.0):
-                    j.down = penalty  # checkpoint, stop, restore at the new size
-                    j.t_ckpt += penalty
-                    j.restarts += 1
-                j.current = cfg
-            if j.current is not None and _fails(seed, i, rnd, lam):
-                j.down = max(j.down, penalty)
-                j.t_ckpt += penalty
-                j.restarts += 1
-            _advance(j, now, round_s)
-            if j.finished >= 0:
-                left -= 1
-                result.jct[j.spec.name] = j.finished - j.spec.arrival
-        now += round_s
-        rnd += 1
-    result.unfinished = left
-    result.restarts = sum(j.restarts for j in state)
+    view = PolicyView(policy, mask_progress=mask_restart,
+                      memo_goodput_only=isinstance(policy, SiaPolicy))
+    driver = _Driver(view, jobs, lam, seed, round_s, cost or RestartCost())
+    if policy.name.startswith("gavel"):
+        view.remaining_work = driver.remaining_work
+    driver.run(max_rounds)
+    result = TrainResult(policy.name, jct=driver.finished, rounds=view.rounds,
+                         decisions=view.decisions, decide_s=view.decide_s,
+                         unfinished=driver.left)
+    for job in driver.jobs:
+        t = driver.life.times(job.job_id)
+        result.restarts += t.restarts
+        result.t_ckpt += t.t_ckpt
+        result.t_queue += t.t_queue
+        result.t_progress += t.t_progress
     return result
-
-
-def _advance(j: _Job, now: float, round_s: float) -> None:
-    """One round of progress for one job (restore time first, then training)."""
-    if j.current is None:
-        j.t_queue += round_s
-        return
-    down = min(j.down, round_s)
-    j.down -= down
-    j.t_queue += down
-    train = round_s - down
-    if train <= 0.0:
-        return
-    bucket = min(_BUCKETS - 1, int(j.fraction * _BUCKETS))
-    rate = _rate(j.spec.app, j.current, bucket)
-    need = j.spec.work - j.done
-    if rate * train >= need:
-        used = need / rate
-        j.done = j.spec.work
-        j.t_progress += used
-        j.finished = now + down + used
-        return
-    j.done += rate * train
-    j.t_progress += train

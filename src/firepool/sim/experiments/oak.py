@@ -56,7 +56,9 @@ def train_cell(policy: str, workload: str, lam: float, seed: int) -> dict[str, A
         "max": res.max_jct,
         "restarts": res.restarts,
         "rounds": res.rounds,
-        "decide_ms": 1000.0 * res.decide_s / max(1, res.rounds),
+        "decisions": res.decisions,
+        "decide_ms": 1000.0 * res.decide_s / max(1, res.decisions),
+        "t_ckpt": res.t_ckpt,
         "unfinished": res.unfinished,
     }
 

@@ -1,0 +1,160 @@
+"""The training simulator drives the shared elastic lifecycle: its restarts, T_ckpt and rounds
+are the lifecycle's, failures come from the shared stream and trigger rounds, runs repeat for a
+seed, and the Sia memo changes nothing but the number of solver calls."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from firepool.control import elastic
+from firepool.scheduling import Configuration, RoundInput, RoundResult, make_policy
+from firepool.sim.training import TrainSpec, simulate
+from firepool.sim.trainloads import paper_workload
+from firepool.sim.trainmodel import BUCKETS as TENTHS
+from firepool.sim.trainmodel import SLOT_S, RestartCost, configs, fails, rate
+
+
+class Alternate:
+    """Sizes every job 2 then 4 GPUs in turn, each round (a resize per round), or always 2."""
+
+    name = "alternate"
+
+    def __init__(self, resize: bool = True) -> None:
+        self.rounds = 0
+        self.resize = resize
+
+    def decide(self, round_input: RoundInput) -> RoundResult:
+        self.rounds += 1
+        n = 4 if self.resize and self.rounds % 2 == 0 else 2
+        out: dict[str, Configuration | None] = {}
+        for j in round_input.jobs:
+            out[j.job_id] = next(c for c in j.configurations if c.replicas == n)
+        return RoundResult(self.name, out)
+
+
+class Calls:
+    """Records what the simulator asks of the real `ElasticLifecycle`."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.exits: list[tuple[str, str, float]] = []
+        self.rounds: list[tuple[float, str]] = []
+        self.fractions: dict[str, list[float]] = {}
+        self.submitted: list[str] = []
+        life = elastic.ElasticLifecycle
+        submit, exited, progress, run_round = (
+            life.submit, life.attempt_exited, life.progress, life.run_round)
+
+        def spy_submit(self_: elastic.ElasticLifecycle, spec: elastic.ElasticJobSpec,
+                       now: float) -> None:
+            self.submitted.append(spec.job_id)
+            submit(self_, spec, now)
+
+        def spy_exited(self_: elastic.ElasticLifecycle, job_id: str, attempt: int, now: float,
+                       outcome: elastic.ExitOutcome) -> list[elastic.Decision]:
+            self.exits.append((job_id, outcome, now))
+            return exited(self_, job_id, attempt, now, outcome)
+
+        def spy_progress(self_: elastic.ElasticLifecycle, job_id: str, attempt: int, now: float,
+                         samples_per_s: float | None = None,
+                         fraction: float | None = None) -> bool:
+            assert fraction is not None
+            self.fractions.setdefault(job_id, []).append(fraction)
+            return progress(self_, job_id, attempt, now, samples_per_s, fraction)
+
+        def spy_round(self_: elastic.ElasticLifecycle, now: float,
+                      policy: object) -> elastic.RoundOutcome:
+            out = run_round(self_, now, policy)  # type: ignore[arg-type]
+            self.rounds.append((now, out.trigger))
+            return out
+
+        monkeypatch.setattr(life, "submit", spy_submit)
+        monkeypatch.setattr(life, "attempt_exited", spy_exited)
+        monkeypatch.setattr(life, "progress", spy_progress)
+        monkeypatch.setattr(life, "run_round", spy_round)
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
+    yield Calls(monkeypatch)
+
+
+def one_job(work_s: float = 600.0) -> list[TrainSpec]:
+    """A cifar10 job of `work_s` seconds on two GPUs at the start of training."""
+    two = next(c for c in configs("cifar10", 12) if c.replicas == 2)
+    return [TrainSpec("cifar10-0", "cifar10", 0.0, work_s * rate("cifar10", two, 0))]
+
+
+def test_jobs_go_through_the_lifecycle(calls: Calls) -> None:
+    jobs = paper_workload("small", 2)
+    res = simulate(make_policy("oak"), jobs, lam=0.1, seed=2)
+    assert res.unfinished == 0 and len(res.jct) == len(jobs)
+    assert calls.submitted == [str(i) for i in range(len(jobs))]
+    completed = [j for j, outcome, _ in calls.exits if outcome == "completed"]
+    assert sorted(completed) == sorted(calls.submitted)
+    assert res.restarts == sum(1 for _, o, _ in calls.exits if o != "completed")
+    for fractions in calls.fractions.values():  # the prior follows progress, tenth by tenth
+        assert fractions == sorted(fractions) and fractions[-1] == (TENTHS - 1) / TENTHS
+    assert res.rounds == len(calls.rounds)
+
+
+def test_restarts_and_t_ckpt_come_from_the_lifecycle(calls: Calls) -> None:
+    res = simulate(Alternate(), one_job(600.0))
+    resizes = sum(1 for _, o, _ in calls.exits if o == "checkpointed")
+    assert resizes >= 5 and res.restarts == resizes
+    # Checkpoints save in no time; every restart restores for cifar10's whole 50 s penalty.
+    assert res.t_ckpt == pytest.approx(50.0 * resizes)
+    split = simulate(Alternate(), one_job(600.0), cost=RestartCost(save_share=0.4))
+    assert split.t_ckpt == pytest.approx(50.0 * split.restarts)  # 20 s save + 30 s restore
+
+
+def test_a_failure_ends_the_attempt_and_runs_a_round_at_once(calls: Calls) -> None:
+    res = simulate(Alternate(resize=False), one_job(1800.0), lam=0.3, seed=4)
+    failures = [t for _, o, t in calls.exits if o == "failed"]
+    assert failures and res.unfinished == 0
+    expected = [k * SLOT_S for k in range(1, 200) if fails(4, 0, k, 0.3)]
+    assert all(t in expected for t in failures)  # the shared stream, at slot boundaries
+    failure_rounds = [t for t, trigger in calls.rounds if trigger == "failure"]
+    assert failure_rounds == failures
+
+
+def test_same_seed_same_run() -> None:
+    jobs = paper_workload("small", 3)
+    a = simulate(make_policy("oak"), jobs, lam=0.1, seed=3)
+    b = simulate(make_policy("oak"), jobs, lam=0.1, seed=3)
+    assert (a.jct, a.restarts, a.rounds, a.t_ckpt, a.t_queue) == (
+        b.jct, b.restarts, b.rounds, b.t_ckpt, b.t_queue)
+    c = simulate(make_policy("oak"), jobs, lam=0.1, seed=4)  # the failure stream moves
+    assert (c.jct, c.restarts) != (a.jct, a.restarts)
+
+
+def test_sia_memo_only_saves_solver_calls() -> None:
+    sia = make_policy("sia")
+
+    class Opaque:  # the same policy, hidden from the memo
+        name = "sia"
+
+        def decide(self, round_input: RoundInput) -> RoundResult:
+            return sia.decide(round_input)
+
+    jobs = paper_workload("medium", 1)
+    memo = simulate(sia, jobs, lam=0.1, seed=1)
+    plain = simulate(Opaque(), jobs, lam=0.1, seed=1)
+    assert (memo.jct, memo.restarts, memo.rounds) == (plain.jct, plain.restarts, plain.rounds)
+    assert memo.decisions < memo.rounds // 2 and plain.decisions == plain.rounds
+
+
+def test_ablation_mask_hides_progress_only() -> None:
+    seen: list[float] = []
+    oak = make_policy("oak")
+
+    class Spy:
+        name = "oak"
+
+        def decide(self, round_input: RoundInput) -> RoundResult:
+            seen.extend(j.t_progress for j in round_input.jobs)
+            return oak.decide(round_input)
+
+    res = simulate(Spy(), paper_workload("small", 0), mask_restart=True)
+    assert res.unfinished == 0 and seen and all(t == 0.0 for t in seen)

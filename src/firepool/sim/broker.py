@@ -131,11 +131,17 @@ class SimBroker:
         self._quiet: dict[str, tuple[int, int, int | None, float]] = {}
         self._check_skips = check_skips
         self.passes_skipped = 0
-        # Per queued job: the pool generation at which its claim last found no capacity, and
-        # that answer. A claim only takes pods, never frees them, and time only expires holds,
-        # so with the pool untouched since, the claim would fail the same way: it is not
+        # Per queued job: what its claim depended on when it last found no capacity, and that
+        # answer. A claim only takes pods, never frees them, and time only expires holds, so
+        # while those inputs are unchanged the claim would fail the same way: it is not
         # repeated on every pass (the dispatcher sees the same queue order and outcomes).
-        self._no_capacity: dict[str, tuple[int, Wait]] = {}
+        # On a GPU pool the inputs are all its pods. On a CPU pool a job can only take its
+        # caller's own held pods or never-used ones, so they are the pool's ready pods (a
+        # never-used pod appears only when a pod becomes ready) and the caller's releases.
+        self._no_capacity: dict[str, tuple[tuple[int, int], Wait]] = {}
+        self._fresh_gen = dict.fromkeys(self.specs, 0)
+        self._caller_gen: dict[tuple[str, str], int] = {}
+        self._gpu_pools = frozenset(p.name for p in self.specs.values() if p.is_gpu)
         loop.after(reconcile_s, self._periodic)
 
     # ---------------------------------------------------------------- set-up
@@ -200,13 +206,13 @@ class SimBroker:
         if not self.queued:
             return
         now = self.loop.now
-        gen = self._gen
         known = self._no_capacity
+        claim_inputs = self._claim_inputs
         todo: list[QueuedJob] = []
         skipped: list[Wait] = []
         for q in self.queued.values():
             seen = known.get(q.request.job)
-            if seen is not None and seen[0] == gen[q.request.pool]:
+            if seen is not None and seen[0] == claim_inputs(q.request):
                 skipped.append(seen[1])
                 if self._check_skips:
                     todo.append(q)
@@ -221,7 +227,7 @@ class SimBroker:
             skipped = []
         for w in result.waiting:
             if w.reason is WaitReason.NO_CAPACITY:
-                known[w.job] = (gen[self.queued[w.job].request.pool], w)
+                known[w.job] = (claim_inputs(self.queued[w.job].request), w)
         for lease in result.leases:
             self._commit(lease, now)
         waiting = result.waiting
@@ -239,6 +245,13 @@ class SimBroker:
             # is what notices budget freed by a deletion (nothing else wakes the dispatcher).
             self._tick_pending = True
             self.loop.after(self.dispatch_tick_s, self._tick)
+
+    def _claim_inputs(self, req: ClaimRequest) -> tuple[int, int]:
+        """Generations of what a failed claim of `req` could change with (see `__init__`)."""
+        pool = req.pool
+        if pool in self._gpu_pools:
+            return (self._gen[pool], -1)
+        return (self._fresh_gen[pool], self._caller_gen.get((pool, req.caller), 0))
 
     def _tick(self, _: object = None) -> None:
         self._tick_pending = False
@@ -294,7 +307,10 @@ class SimBroker:
     def _reset_done(self, job: str) -> None:
         now = self.loop.now
         result = self.tracker.release(job, now)
-        self._gen[self.stats[job].pool] += 1
+        st = self.stats[job]
+        self._gen[st.pool] += 1
+        key = (st.pool, st.caller)
+        self._caller_gen[key] = self._caller_gen.get(key, 0) + 1
         for _, until in result.held:
             self.loop.at(until, self._expire_holds)
         self._retired(result.retired)
@@ -406,6 +422,7 @@ class SimBroker:
             return
         self.tracker.pod_ready(name, self.loop.now)
         self._gen[pod.pool] += 1
+        self._fresh_gen[pod.pool] += 1
         self._wake_dispatch()
 
     def _pod_deleted(self, name: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from firepool.cli import capacity, jobs, run
+from firepool.cli.experiment import experiment_app
 from firepool.cli.serve import serve as serve_command
 from firepool.cli.serve import token_app
 from firepool.cli.sim import sim_app
@@ -14,6 +15,7 @@ app = typer.Typer(
 )
 
 app.add_typer(sim_app, name="sim")
+app.add_typer(experiment_app, name="experiment")
 
 
 @app.command()

@@ -13,8 +13,10 @@ broker needs to carry the decisions out and answers the broker in plain `Elastic
   executed by the broker as SIGKILLs.
 
 Capacity is counted in pods: a pool's `max_count` is what its elastic jobs may hold, one rank
-per pod. Elastic state lives in memory: after a broker restart, re-attached elastic attempts
-are stopped gracefully and every unfinished elastic job is sized afresh by the next round.
+per pod; the tracker still places every attempt, so pods busy with short jobs only delay a
+decided start. Elastic state lives in memory: after a broker restart an attempt re-attached by
+recovery runs on at its size until it ends (its verdict is judged as elastic), and the job
+rejoins the rounds when it is queued again; its measured times start from zero.
 """
 
 from __future__ import annotations

@@ -240,3 +240,12 @@ def test_progress_reports_move_the_fraction_and_refuse_bad_numbers() -> None:
     assert err.value.field == "fraction"
     life.round_input(4.0)
     assert seen[-1] == 0.4
+
+
+def test_work_conserving_rounds_keep_a_job_the_policy_would_idle() -> None:
+    for conserving, expected in ((False, (StopAttempt("a", 1, "preempt", None),)), (True, ())):
+        life = ElasticLifecycle({"gpu": 4}, linear, work_conserving=conserving)
+        life.submit(spec("a"), 0.0)
+        life.run_round(0.0, Fixed({"a": TWO}))
+        life.progress("a", 1, 10.0)
+        assert life.run_round(60.0, Fixed({"a": None})).decisions == expected

@@ -45,6 +45,7 @@ from firepool.scheduling import (
     app_model,
     estimate_goodputs,
 )
+from firepool.scheduling.backfill import backfill
 
 DEFAULT_ROUND_S = 60.0
 
@@ -181,12 +182,17 @@ class ElasticLifecycle:
         *,
         round_s: float = DEFAULT_ROUND_S,
         start: float = 0.0,
+        work_conserving: bool = False,
     ) -> None:
+        """`work_conserving` hands capacity the policy left idle to jobs that want it
+        (`scheduling.backfill`); off, the policy's answer is carried out as it is (the papers'
+        experiments)."""
         if not round_s > 0:
             raise RequestValidationError("round interval must be > 0", field="round_s")
         self._capacity = dict(capacity)
         self._goodputs = goodputs
         self._round_s = round_s
+        self._work_conserving = work_conserving
         self._next_round = start + round_s
         self._pending: list[Trigger] = []
         self._jobs: dict[str, _Job] = {}
@@ -356,7 +362,10 @@ class ElasticLifecycle:
 
     def run_round(self, now: float, policy: RoundPolicy) -> RoundOutcome:
         trigger = self.round_due(now) or "timer"
-        result = policy.decide(self.round_input(now))
+        round_input = self.round_input(now)
+        result = policy.decide(round_input)
+        if self._work_conserving:
+            result = backfill(round_input, result)
         decisions = self.apply(now, result)
         self._pending.clear()
         self._next_round = now + self._round_s

@@ -71,6 +71,8 @@ class ElasticConfig:
     stop_grace_s: float = 30.0  # SIGTERM to SIGKILL when resizing: the checkpoint's time
     failure_rate: float = 0.0  # experiments: failures per round per running job
     failure_seed: int = 0
+    #: Give capacity the policy leaves idle to jobs that want it (see scheduling.backfill).
+    work_conserving: bool = True
 
 
 @dataclass
@@ -119,6 +121,7 @@ class ElasticDriver:
             self._goodputs,
             round_s=config.round_s,
             start=clock(),
+            work_conserving=config.work_conserving,
         )
         self.known: set[str] = set()
         self.pending: dict[str, _Attempt] = {}
@@ -128,7 +131,7 @@ class ElasticDriver:
         self.rounds = 0
         self._latest = clock()
         self.injected = 0  # failures actually delivered (experiments)
-        self._rng = random.Random(config.failure_seed)
+        self._rng = random.Random(f"elastic-failures/{config.failure_seed}")
 
     def _clamp(self, now: float) -> float:
         """Wall clocks step back (NTP) and callers read them at slightly different moments;

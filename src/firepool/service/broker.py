@@ -352,6 +352,10 @@ class Broker:
     # ------------------------------------------------------------------ elastic jobs
 
     async def _elastic_loop(self) -> None:
+        try:
+            await asyncio.to_thread(self.elastic.warm_up)
+        except Exception:
+            log.exception("round policy warm-up failed")
         while not self._closing:
             await asyncio.sleep(self.config.elastic.tick_s)
             try:

@@ -48,6 +48,8 @@ from firepool.protocol import JobEnv
 from firepool.scheduling import (
     Configuration,
     GpuSpec,
+    JobRoundState,
+    RoundInput,
     ThroughputObservation,
     app_model,
     candidate_configurations,
@@ -138,6 +140,14 @@ class ElasticDriver:
         the lifecycle wants time that never decreases."""
         self._latest = max(self._latest, now)
         return self._latest
+
+    def warm_up(self) -> None:
+        """Solve one tiny round so the first real round does not pay for importing and
+        setting up the solver (about half a second): the broker calls it off the loop."""
+        probe = Configuration("warm-up", 1)
+        self.policy.decide(
+            RoundInput({"warm-up": 1}, (JobRoundState("warm-up", (probe,), (2.0,)),))
+        )
 
     # ------------------------------------------------------------------ goodput prior
 

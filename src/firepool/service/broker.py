@@ -390,7 +390,8 @@ class Broker:
 
     async def _inject_failure(self, running: Running, attempt: str) -> None:
         """Experiments: SIGKILL every rank of the attempt, if it is still the live one."""
-        if self.running.get(running.job.id) is running and running.job.attempt == attempt:
+        live = self.running.get(running.job.id) is running and running.job.attempt == attempt
+        if live and running.launched:  # a failure drawn before the launch is not delivered
             self.elastic.injected += 1
             await self.runner.kill(running)
 

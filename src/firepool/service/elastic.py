@@ -95,12 +95,6 @@ class ElasticActions:
     unschedulable: list[tuple[str, str]] = field(default_factory=list)  # (job, reason)
     failures: list[FailureEvent] = field(default_factory=list)  # to kill at `at`
 
-    def merge(self, other: ElasticActions) -> None:
-        self.wake |= other.wake
-        self.stop += other.stop
-        self.unschedulable += other.unschedulable
-        self.failures += other.failures
-
 
 class ElasticDriver:
     def __init__(
@@ -264,10 +258,6 @@ class ElasticDriver:
             attempt.store_attempt = None
             self.pending[job_id] = attempt
 
-    def stop_requested(self, job_id: str) -> bool:
-        live = self.live.get(job_id)
-        return live is not None and live.stop_requested
-
     def judge(self, job: JobRecord, end: AttemptEnd) -> Verdict:
         """The verdict of the job's live attempt; remembered for `exited`."""
         live = self.live.get(job.id)
@@ -285,12 +275,12 @@ class ElasticDriver:
         """The live attempt's verdict is recorded (`job` as the store has it now)."""
         now = self._clamp(now)
         live = self.live.pop(job.id, None)
-        log.info("elastic attempt %s ended: %s, job %s", job.attempt,
-                 live.verdict if live is not None else "untracked", job.state.value)
         if live is None:
             # An attempt re-attached after a restart, or one of a job the rounds never saw.
             return self._untracked_exit(job, now)
         outcome = live.verdict.outcome if live.verdict is not None else "failed"
+        log.info("elastic attempt %s ended: %s; job %s", live.store_attempt, outcome,
+                 job.state.value)
         if live.verdict is not None and live.verdict.failure:
             self.failures[job.id] = self.failures.get(job.id, 0) + 1
         decisions = self.life.attempt_exited(job.id, live.life_attempt, now, outcome)

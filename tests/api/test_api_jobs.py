@@ -81,7 +81,9 @@ def test_cancel_queued_is_immediate_and_running_is_handed_to_the_dispatcher(api:
     answer = api.alice.post(f"/v1/jobs/{queued}/cancel")
     assert answer.status_code == 200
     assert answer.json()["state"] == "CANCELLED" and answer.json()["error_class"] == "Cancelled"
-    assert api.hooks.cancels == []
+    assert api.hooks.cancels == [queued]  # the dispatcher forgets it at once
+    assert api.alice.post(f"/v1/jobs/{queued}/cancel").status_code == 200
+    assert api.hooks.cancels == [queued]  # already cancelled: no second signal
 
     running_id = api.alice.post("/v1/jobs", json=JOB).json()["id"]
     job = api.store.get(running_id)
@@ -95,7 +97,7 @@ def test_cancel_queued_is_immediate_and_running_is_handed_to_the_dispatcher(api:
         {"rank": 0, "name": "cpu-1", "pool": "cpu", "acquisition": "warm", "reason": "no_own_pod"}
     ]
     assert api.alice.post(f"/v1/jobs/{running_id}/cancel").status_code == 202
-    assert api.hooks.cancels == [running_id]  # the hook fires once, on the first request
+    assert api.hooks.cancels == [queued, running_id]  # once each, on the first request
 
 
 def test_logs_are_served_by_byte_range(api: Api) -> None:

@@ -158,3 +158,17 @@ def test_ablation_mask_hides_progress_only() -> None:
 
     res = simulate(Spy(), paper_workload("small", 0), mask_restart=True)
     assert res.unfinished == 0 and seen and all(t == 0.0 for t in seen)
+
+
+def test_jobs_left_idle_are_censored_at_the_horizon() -> None:
+    class Never:
+        name = "never"
+
+        def decide(self, round_input: RoundInput) -> RoundResult:
+            return RoundResult(self.name, {j.job_id: None for j in round_input.jobs})
+
+    jobs = paper_workload("small", 0)
+    res = simulate(Never(), jobs, horizon_s=7200.0)
+    assert res.unfinished == len(jobs) and not res.jct
+    assert res.censored == {j.name: 7200.0 - j.arrival for j in jobs}
+    assert res.max_jct == 7200.0 - jobs[0].arrival

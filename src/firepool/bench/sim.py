@@ -4,6 +4,9 @@ events_per_s: heap events executed per second of wall time on a broker run (fron
 bursty sessions, production CPU start) — control-plane calls included, as they happen.
 oak_table_grid_s: the full `sim oak-table` grid (4 workloads x 3 lambda x 10 seeds x 2
 policies) on all cores. loops_10_repeats_s: `sim loops` with 10 repeats.
+
+The 1-minute load average is recorded next to each figure (`load_*`): on a shared machine
+another process's load moves these numbers by 2-4x, so a figure means little without it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     result: dict[str, object] = {"machine": machine()}
+    result["load_before_events"] = os.getloadavg()[0]
     eps = events_per_s()
     result["events_per_s"] = eps
     rows = [("simulated events/s", f"{eps:,.0f}", ">= 100,000")]
@@ -55,9 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         from firepool.sim.experiments.oak import run_oak_table
 
         with tempfile.TemporaryDirectory() as out:
+            result["load_before_grid"] = os.getloadavg()[0]
             t0 = time.perf_counter()
             run_oak_table(out, args.seeds, args.workers, progress=False)
             grid = time.perf_counter() - t0
+            result["load_after_grid"] = os.getloadavg()[0]
             t0 = time.perf_counter()
             run_loops(out, 10, args.workers, progress=False)
             loops = time.perf_counter() - t0
@@ -67,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             ("oak-table grid (s)", f"{grid:.1f}", "<= 180 on 2 cores"),
             ("loops, 10 repeats (s)", f"{loops:.1f}", ""),
         ]
+    rows.append(("load average (1 min) at the end", f"{os.getloadavg()[0]:.2f}", ""))
     print_table("simulator", rows)
     write_json(args.json_path, result)
     return 0

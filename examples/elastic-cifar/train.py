@@ -403,9 +403,12 @@ def train(args: argparse.Namespace, rank: int, world: int, distributed: bool) ->
             if step % args.log_every == 0:
                 acc = float(buf[numel + 1]) / global_batch
                 log(f"step {step}/{args.steps} loss {last_loss:.4f} batch_acc {acc:.3f}")
-            if report is not None and (
-                first_step_of_attempt or now - last_report >= args.report_every_s
-            ):
+            if report is not None and first_step_of_attempt:
+                # The first step pays for warm-up (first all-reduce, allocator, caches): report
+                # that the restore is over, but measure throughput from here on.
+                report(step=step, samples_per_s=None, fraction=min(step / args.steps, 1.0))
+                last_report, last_report_step = now, step
+            elif report is not None and now - last_report >= args.report_every_s:
                 rate = (step - last_report_step) * global_batch / max(now - last_report, 1e-9)
                 report(step=step, samples_per_s=rate, fraction=min(step / args.steps, 1.0))
                 last_report, last_report_step = now, step

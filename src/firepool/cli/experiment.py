@@ -29,7 +29,7 @@ def elastic(
     seeds: str | None = typer.Option(None, help="Seeds; each fixes jobs and arrivals [0,1,2]."),
     jobs: int | None = typer.Option(None, min=1, help="Elastic jobs per run [4]."),
     slots: int | None = typer.Option(None, min=1, help="Pod slots, one rank each [4]."),
-    round_s: float | None = typer.Option(None, min=0.5, help="Round length in seconds [5]."),
+    round_s: float | None = typer.Option(None, min=0.5, help="Round length in seconds [10]."),
     steps: str | None = typer.Option(None, help="Job lengths in steps, drawn per job."),
     p_restart_s: float | None = typer.Option(None, min=0.0, help="Restart penalty for OAK."),
     example: Path | None = typer.Option(None, help="The elastic-cifar example directory."),

@@ -39,7 +39,8 @@ class SubmitOptions(TypedDict, total=False):
 
     `package` may also be a local directory or zip file (uploaded first, by digest);
     `requirements` may also be a path to a requirements file (its text is sent). `queue` and
-    `lease_tag` default to the enclosing `session()`'s.
+    `lease_tag` default to the enclosing `session()`'s. An elastic training job sets
+    `kind="elastic"` and `elastic={"app": ..., "min_pods": ..., "max_pods": ...}`.
     """
 
     package: str | os.PathLike[str] | None

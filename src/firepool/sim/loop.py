@@ -29,10 +29,16 @@ class EventLoop:
     def at(self, when: float, fn: Callback, arg: Any = None) -> None:
         """Run `fn(arg)` at virtual time `when` (never earlier than now)."""
         self._seq += 1
-        heapq.heappush(self._heap, (max(when, self.now), self._seq, fn, arg))
+        now = self.now
+        heapq.heappush(self._heap, (when if when > now else now, self._seq, fn, arg))
 
     def after(self, delay: float, fn: Callback, arg: Any = None) -> None:
-        self.at(self.now + delay, fn, arg)
+        """Run `fn(arg)` `delay` seconds from now (the common call: written out, not via
+        `at`, as it runs for nearly every event)."""
+        self._seq += 1
+        heapq.heappush(
+            self._heap, (self.now + delay if delay > 0.0 else self.now, self._seq, fn, arg)
+        )
 
     def run(self, until: float = float("inf"), stop: Callable[[], bool] | None = None) -> None:
         """Execute events in time order until none are left, `until` passes, or `stop()`.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from firepool.scheduling import OakParams, OakPolicy, make_policy
+from firepool.scheduling import OakParams, OakPolicy, available_backends, make_policy
 from firepool.scheduling.rounds import RoundPolicy
 from firepool.sim.report import md_table, write_outputs
 from firepool.sim.stats import bootstrap_ci, pct
@@ -45,6 +45,7 @@ def train_cell(policy: str, workload: str, lam: float, seed: int) -> dict[str, A
         else paper_workload(workload, seed)
     )
     pol, mask = _policy(policy)
+    available_backends()  # import the solvers now, so decide_ms times decisions, not imports
     res = simulate(pol, jobs, lam=lam, seed=seed, mask_restart=mask)
     return {
         "policy": policy,

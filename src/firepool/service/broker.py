@@ -228,15 +228,12 @@ class Broker:
         candidates: list[QueuedJob] = []
         for job in list(self.queued.values()):
             if job.spec.pool not in self.specs:
-                await asyncio.to_thread(
-                    self.store.finish,
-                    job,
-                    JobState.FAILED,
-                    now=self.clock(),
-                    error_class=ErrorCode.UNKNOWN_POOL,
-                    message=f"pool {job.spec.pool!r} is not in this broker's catalog",
-                )
                 del self.queued[job.id]
+                await self._fail_queued(
+                    job,
+                    ErrorCode.UNKNOWN_POOL,
+                    f"pool {job.spec.pool!r} is not in this broker's catalog",
+                )
                 if job.spec.kind is JobKind.ELASTIC:
                     self._elastic_act(self.elastic.cancelled(job.id, self.clock()))
                 continue
@@ -399,13 +396,19 @@ class Broker:
         job = self.queued.pop(job_id, None) or await asyncio.to_thread(self.store.get, job_id)
         if job is None or job.state is not JobState.QUEUED:
             return
+        await self._fail_queued(
+            job, ErrorCode.UNSCHEDULABLE, f"no size of this elastic job can run here: {reason}"
+        )
+
+    async def _fail_queued(self, job: JobRecord, error: ErrorCode, message: str) -> None:
+        """A queued job that can never run ends FAILED with a typed class, without an attempt."""
         await asyncio.to_thread(
             self.store.finish,
             job,
             JobState.FAILED,
             now=self.clock(),
-            error_class=ErrorCode.UNSCHEDULABLE,
-            message=f"no size of this elastic job can run here: {reason}",
+            error_class=error,
+            message=message,
         )
 
     async def _hold_loop(self) -> None:

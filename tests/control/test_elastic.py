@@ -249,3 +249,15 @@ def test_work_conserving_rounds_keep_a_job_the_policy_would_idle() -> None:
         life.run_round(0.0, Fixed({"a": TWO}))
         life.progress("a", 1, 10.0)
         assert life.run_round(60.0, Fixed({"a": None})).decisions == expected
+
+
+def test_failures_are_counted_apart_from_resizes() -> None:
+    life = ElasticLifecycle({"gpu": 4}, linear)
+    life.submit(spec("a"), 0.0)
+    life.run_round(0.0, Fixed({"a": TWO}))
+    life.progress("a", 1, 5.0)
+    life.run_round(60.0, Fixed({"a": FOUR}))
+    life.attempt_exited("a", 1, 61.0, "checkpointed")  # resize: a restart, not a failure
+    life.attempt_exited("a", 2, 70.0, "failed")
+    t = life.times("a")
+    assert (t.restarts, t.failures) == (2, 1)

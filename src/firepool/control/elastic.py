@@ -153,6 +153,7 @@ class _Job:
     t_ckpt: float = 0.0
     t_queue: float = 0.0
     restarts: int = 0
+    failures: int = 0  # attempts that failed (a subset of restarts): what max_retries bounds
     fraction: float = 0.0  # training progress in [0, 1], from the job's reports
     withdrawn: bool = False  # cancelled: done once its live attempt (if any) has exited
     reported_unplaceable: bool = False
@@ -170,6 +171,7 @@ class JobTimes:
     t_ckpt: float
     t_queue: float
     restarts: int
+    failures: int
 
 
 class ElasticLifecycle:
@@ -239,7 +241,7 @@ class ElasticLifecycle:
             self._tick(now)
         j = self._job(job_id)
         return JobTimes(j.phase, j.attempt, j.config, j.t_progress, j.t_ckpt, j.t_queue,
-                        j.restarts)
+                        j.restarts, j.failures)
 
     def held(self) -> dict[str, int]:
         """GPUs per type held by live attempts (restoring, running or checkpointing)."""
@@ -314,6 +316,8 @@ class ElasticLifecycle:
                 field="attempt",
             )
         job.config = None
+        if outcome == "failed":
+            job.failures += 1
         if outcome == "completed" or job.withdrawn:
             job.phase = Phase.DONE
             job.target = None

@@ -25,10 +25,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from firepool.model import PoolSpec
+from firepool.client.aio import AsyncClient
+from firepool.model import PodState, PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.service.elastic import ElasticConfig
+from firepool.service.embedded import EmbeddedBroker
 
 POOL = "slots"
 
@@ -120,9 +122,6 @@ def catalog(exp: ElasticExperiment) -> Catalog:
 
 async def run_one(exp: ElasticExperiment, policy: str, lam: float, seed: int,
                   data_dir: Path) -> RunResult:
-    from firepool.client.aio import AsyncClient
-    from firepool.service.embedded import EmbeddedBroker
-
     config = BrokerConfig(
         dispatch_tick_s=1.0,
         reconcile_s=2.0,
@@ -175,12 +174,8 @@ async def run_one(exp: ElasticExperiment, policy: str, lam: float, seed: int,
                          list(driver.decide_ms), time.monotonic() - started)
 
 
-async def _wait_for_slots(embedded: object, count: int, timeout: float = 120.0) -> None:
+async def _wait_for_slots(embedded: EmbeddedBroker, count: int, timeout: float = 120.0) -> None:
     """Start every run from warm, ready slots so that pod creation is not part of the JCTs."""
-    from firepool.model import PodState
-    from firepool.service.embedded import EmbeddedBroker
-
-    assert isinstance(embedded, EmbeddedBroker)
     deadline = time.monotonic() + timeout
     tracker = embedded.broker.tracker
     while sum(p.state is PodState.IDLE for p in tracker.pool_pods(POOL)) < count:

@@ -122,7 +122,6 @@ class ElasticDriver:
         self.known: set[str] = set()
         self.pending: dict[str, _Attempt] = {}
         self.live: dict[str, _Attempt] = {}
-        self.failures: dict[str, int] = {}
         self.decide_ms: collections.deque[float] = collections.deque(maxlen=100_000)
         self.rounds = 0
         self._latest = clock()
@@ -264,7 +263,7 @@ class ElasticDriver:
         verdict = judge_elastic(
             end,
             stop_requested=live is not None and live.stop_requested,
-            failures=self.failures.get(job.id, 0),
+            failures=self.life.times(job.id).failures,
             max_retries=job.spec.max_retries,
         )
         if live is not None:
@@ -281,8 +280,6 @@ class ElasticDriver:
         outcome = live.verdict.outcome if live.verdict is not None else "failed"
         log.info("elastic attempt %s ended: %s; job %s", live.store_attempt, outcome,
                  job.state.value)
-        if live.verdict is not None and live.verdict.failure:
-            self.failures[job.id] = self.failures.get(job.id, 0) + 1
         decisions = self.life.attempt_exited(job.id, live.life_attempt, now, outcome)
         if job.state.terminal and outcome != "completed":
             decisions += self.life.withdraw(job.id, now)

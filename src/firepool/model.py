@@ -459,6 +459,13 @@ def forbidden_env_reason(name: str) -> str | None:
 _DIGEST = r"^sha256:[0-9a-f]{64}$"
 
 
+#: Applications with a fitted goodput model (`scheduling/data/goodput_params.json`); kept here
+#: so that validating a job needs no scheduling code. A test checks the two agree.
+ELASTIC_APPS: frozenset[str] = frozenset(
+    {"bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3"}
+)
+
+
 class ElasticSpec(StrictModel):
     """How an elastic training job may be sized: the round policy picks its world size (pods,
     one rank each) between `min_pods` and `max_pods` every round, and resizes it by a graceful
@@ -477,9 +484,7 @@ class ElasticSpec(StrictModel):
     @field_validator("app")
     @classmethod
     def _known_app(cls, app: str) -> str:
-        from firepool.scheduling.goodput import app_models
-
-        known = sorted(app_models())
+        known = sorted(ELASTIC_APPS)
         if app.lower() not in known:
             raise PydanticCustomError(
                 "unknown_app",

@@ -68,6 +68,11 @@ class BudgetLedger:
             resource, units = entry
             self._used[resource] -= units
 
+    def total_used(self) -> int:
+        """Units held across every resource (what a simulator integrates as held capacity)."""
+        with self._lock:
+            return sum(self._used.values())
+
     def holds(self, holder: str) -> bool:
         return holder in self._holders
 

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
-from firepool.model import AcquisitionPath, AcquisitionReason, PodRole, PodState
+from firepool.model import (
+    AcquisitionPath,
+    AcquisitionReason,
+    JobSpec,
+    PodRole,
+    PodState,
+    attempt_id,
+)
 
 
 class RetireReason(StrEnum):
@@ -210,3 +217,22 @@ class PodSnapshot:
     idle_since: float | None = None
     job: str | None = None
     retire_after: RetireReason | None = None  # e.g. a recycled pod: retires after its job
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """A job as the broker core knows it: who asked, for what, and which attempt is next.
+
+    Built by a driver from its store's record; the core needs no store type.
+    """
+
+    job: str
+    caller: str
+    spec: JobSpec
+    submitted_at: float
+    retries: int = 0
+
+    @property
+    def attempt(self) -> str:
+        """The store's attempt id: distinct ids keep an old attempt out of a new one."""
+        return attempt_id(self.job, self.retries)

@@ -818,6 +818,15 @@ class Tracker:
             self._pool(pool)
             return [g for g in self._groups.values() if g.pool == pool]
 
+    def group_members(self, group: str) -> list[Pod]:
+        """The pods on one physical GPU, active ones first (a standby's card is theirs)."""
+        with self._lock:
+            grp = self._groups.get(group)
+            if grp is None:
+                return []
+            pods = [self._pods[name] for name in sorted(grp.pods)]
+        return sorted(pods, key=lambda pod: pod.role is not _ROLE_ACTIVE)
+
     def __len__(self) -> int:
         return len(self._pods)
 

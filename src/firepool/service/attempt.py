@@ -1,9 +1,9 @@
-"""One attempt, from a fresh lease to a verdict: the five-step job path of DESIGN.md.
+"""The I/O of one attempt along the five-step job path of DESIGN.md.
 
-claim (done by the dispatch pass) -> prepare -> durable commit conditional on the job's version
--> mark pods -> launch; then wait for the agent's exit event, reset every pod, release the pods
-to the tracker (holds, retirements, gate promotions) and record the verdict. No user code runs
-before the commit; a lost commit race hands the pods straight back.
+claim (the core's dispatch pass) -> prepare -> durable commit conditional on the job's version
+-> mark pods -> launch (once the core says go: after the commit and the GPU gate); then wait
+for every rank's exit, reset every pod and write the verdict the core decided. No user code
+runs before the commit; the broker reports every outcome to the core.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from firepool.api.logs import FileLogSource
-from firepool.control.dispatch import AttemptEnd, Verdict, judge
-from firepool.control.records import Lease, ReleaseResult
-from firepool.control.tracker import Tracker
+from firepool.control.dispatch import AttemptEnd, Verdict
+from firepool.control.records import Lease, Ticket
 from firepool.model import (
     FirepoolError,
     JobKind,
@@ -48,6 +47,8 @@ class Running:
 
     job: JobRecord
     lease: Lease
+    #: The core's view of the job (`job` is the stored row, re-read at the commit).
+    ticket: Ticket
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     #: A graceful stop that is not a cancel (an elastic resize): SIGTERM, let it checkpoint.
     stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -61,40 +62,37 @@ class Running:
 
 
 class AttemptRunner:
+    """The I/O of one attempt: commit, launch on every rank, wait for the exits, reset, and
+    write the verdict. What happens between those steps is the core's decision."""
+
     def __init__(
         self,
         *,
         store: JobStore,
-        tracker: Tracker,
         pods: PodManager,
         logs: FileLogSource,
         clock: Callable[[], float],
         package_url: Callable[[str], str],
-        on_release: Callable[[ReleaseResult], None],
         exit_poll_s: float = 2.0,
         stop_grace_s: float = 10.0,
         log_drain_s: float = 5.0,
         lost_after_polls: int = 3,
-        judge_attempt: Callable[[JobRecord, AttemptEnd], Verdict] | None = None,
         resize_grace_s: float = 30.0,
     ) -> None:
         self.store = store
-        self.tracker = tracker
         self.pods = pods
         self.logs = logs
         self.clock = clock
         self.package_url = package_url
-        self.on_release = on_release
         self.exit_poll_s = exit_poll_s
         self.stop_grace_s = stop_grace_s
         self.log_drain_s = log_drain_s
         self.lost_after_polls = lost_after_polls
-        self.judge_attempt = judge_attempt or _judge_task
         self.resize_grace_s = resize_grace_s
 
-    async def run(self, running: Running) -> JobRecord | None:
-        """Drive the attempt to its end; returns the job as recorded after the verdict, or None
-        when the commit lost a race (the pods were handed back, the job was not touched)."""
+    async def commit(self, running: Running) -> JobRecord | None:
+        """Step 3: QUEUED -> RUNNING with the lease's bindings, conditional on the row's
+        version; None when it lost a race (the store has the job's truth)."""
         job, lease = running.job, running.lease
         bindings = [
             PodBinding(i, p.name, p.path, p.reason.value, lease.pool)
@@ -103,58 +101,27 @@ class AttemptRunner:
         try:
             job = await asyncio.to_thread(self.store.start, job, bindings, now=self.clock())
         except LostRaceError:
-            self.on_release(ReleaseResult(promoted=self.tracker.unclaim(job.id)))
             return None
         running.job = job
-        # Step 4, best effort and off the critical path; the release's annotations wait for it
-        # so that a restarted broker never reads "running" over "held".
-        running.marking = asyncio.ensure_future(self._mark_pods(job, lease))
-        end = await self._launch_and_wait(running)
-        return await self._finish(running, end)
+        return job
 
-    async def resume(self, running: Running) -> JobRecord:
-        """An attempt re-attached after a broker restart: wait for its exit, then finish."""
-        end = await self._wait_exit(running)
-        return await self._finish(running, end)
+    async def run(self, running: Running) -> AttemptEnd:
+        """Wait for the core's go (the gate), launch every rank, wait for their exits."""
+        return await self._launch_and_wait(running)
 
-    async def _finish(self, running: Running, end: AttemptEnd) -> JobRecord:
-        job, lease = running.job, running.lease
+    async def resume(self, running: Running) -> AttemptEnd:
+        """An attempt re-attached after a broker restart: wait for its exit."""
+        return await self._wait_exit(running)
+
+    async def drain_logs(self, running: Running) -> None:
         if running.log_pump is not None:
             # A terminal job's log is complete: the agent ends its follow stream at exit.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(running.log_pump), self.log_drain_s)
-        unclean = await self._reset(lease)
-        released = self.tracker.release(job.id, self.clock(), unclean=unclean)
-        self.on_release(released)
-        self.pods.spawn(self._annotate_release(released, running.marking))
-        return await self._record(job, end)
-
-    # ------------------------------------------------------------------ steps
-
-    async def _mark_pods(self, job: JobRecord, lease: Lease) -> None:
-        spec = job.spec
-        for p in lease.pods:
-            tracked = self.tracker.get(p.name)
-            await self.pods.annotate(
-                p.name,
-                {
-                    "state": "running",
-                    "job": job.id,
-                    "owner": job.caller,
-                    "queue": spec.queue,
-                    "tag": spec.lease_tag,
-                    "used": "1",
-                    "retire_after": (
-                        tracked.retire_after.value
-                        if tracked is not None and tracked.retire_after is not None
-                        else None
-                    ),
-                },
-            )
 
     async def _launch_and_wait(self, running: Running) -> AttemptEnd:
         job, lease = running.job, running.lease
-        if not lease.launchable and not running.gate.is_set():
+        if not running.gate.is_set():
             await _first(running.gate.wait(), running.cancel.wait(), running.stop.wait())
         if running.cancel.is_set():
             return AttemptEnd(cancelled=True, message="cancelled before start")
@@ -162,7 +129,6 @@ class AttemptRunner:
             return AttemptEnd(exit_code=0, message="stopped before it started")
         loop = asyncio.get_running_loop()
         for p in lease.pods:
-            self.tracker.mark_running(p.name)
             running.exits[p.name] = loop.create_future()
         port = _free_port() if _topology(job) is Topology.TORCHRUN else 0
         try:
@@ -311,7 +277,7 @@ class AttemptRunner:
         if running.launched:
             await self._stop_all(running, kill=True)
 
-    async def _reset(self, lease: Lease) -> list[str]:
+    async def reset(self, lease: Lease) -> list[str]:
         """Verified reset of every pod; any pod not confirmed clean is returned as unclean."""
 
         async def reset(pod: str) -> str | None:
@@ -328,16 +294,8 @@ class AttemptRunner:
         results = await asyncio.gather(*(reset(p.name) for p in lease.pods))
         return [pod for pod in results if pod is not None]
 
-    async def _annotate_release(
-        self, released: ReleaseResult, marking: asyncio.Task[None] | None
-    ) -> None:
-        if marking is not None:
-            await asyncio.gather(marking, return_exceptions=True)
-        for pod, until in released.held:
-            await self.pods.annotate(pod, {"state": "held", "hold_until": repr(until), "job": None})
-
-    async def _record(self, job: JobRecord, end: AttemptEnd) -> JobRecord:
-        verdict = self.judge_attempt(job, end)
+    async def record(self, job: JobRecord, verdict: Verdict) -> JobRecord:
+        """Write the verdict; returns the job as the store holds it afterwards."""
         for _ in range(5):
             try:
                 return await asyncio.to_thread(self._write_verdict, job, verdict)
@@ -380,10 +338,6 @@ class AttemptRunner:
                 log.info("log stream %s of %s ended: %r", stream, job.attempt, exc)
 
         await asyncio.gather(pump("stdout"), pump("stderr"))
-
-
-def _judge_task(job: JobRecord, end: AttemptEnd) -> Verdict:
-    return judge(end, job.retries, job.spec.max_retries)
 
 
 def _topology(job: JobRecord) -> Topology:

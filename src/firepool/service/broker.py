@@ -1,13 +1,15 @@
-"""The broker in real time: asyncio loops around the pure control plane.
+"""The broker in real time: the asyncio executor of the broker core.
 
-Three loops, all thin:
-- the dispatcher, woken by submissions, releases and pod readiness (a 3 s tick is only a
-  fallback), runs `control.dispatch.dispatch_pass` and hands each lease to an AttemptRunner;
-- the reconciler (every 30 s, and at once when a job found no pod) runs the scaler per pool,
-  admits creates through the budget ledger and executes the plan;
-- the hold ticker (1 s) retires pods whose owner hold ran out;
-- the elastic ticker runs a round for elastic training jobs when one is due
-  (`service/elastic.py`) and carries out its stops, starts and injected failures.
+Every decision is `control/core.py`'s. This driver feeds it events with the real clock and
+carries out the actions it returns with real I/O:
+- the dispatcher loop, woken by a `Dispatch` action (submissions, releases, pod readiness;
+  a 3 s tick is only a fallback that also re-reads the store's queue), runs `core.dispatch`;
+- the reconcile loop runs `core.reconcile` for the pools a `Reconcile` action named, and for
+  every pool every 30 s;
+- holds are expired by `core.tick` at each `HoldPod`'s expiry (and every second as a
+  fallback); elastic rounds run when the core says one is due;
+- each `StartAttempt` becomes a task that commits, launches on the core's go, waits for every
+  rank's exit, resets the pods and reports `attempt_over`.
 Exit events pushed by pod agents arrive through `on_exit`.
 """
 
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import functools
 import logging
 import secrets
@@ -27,17 +28,33 @@ from pathlib import Path
 
 from firepool.api.logs import FileLogSource
 from firepool.backends.base import PodBackend
-from firepool.control.admission import admit
+from firepool.control import pod_annotations
+from firepool.control.actions import (
+    Action,
+    CreatePod,
+    DeletePod,
+    Dispatch,
+    FailQueued,
+    HoldPod,
+    InjectFailure,
+    LaunchAttempt,
+    Reconcile,
+    RecordVerdict,
+    StartAttempt,
+    StopAttempt,
+    StopMode,
+)
 from firepool.control.budgets import BudgetLedger
-from firepool.control.dispatch import AttemptEnd, QueuedJob, Verdict, dispatch_pass, judge
-from firepool.control.records import ClaimRequest, Promotion, ReleaseResult, WaitReason
-from firepool.control.scaler import QueuedDemand, plan
+from firepool.control.core import BrokerCore, CoreConfig
+from firepool.control.dispatch import AttemptEnd
+from firepool.control.records import Ticket
+from firepool.control.scaler import ScalerConfig
 from firepool.control.tracker import Tracker
-from firepool.model import ErrorCode, JobKind, JobState, PoolSpec
+from firepool.model import JobKind, JobState, PoolSpec
 from firepool.packages import PackageStore
 from firepool.protocol import ExitEvent
 from firepool.service.attempt import AttemptRunner, Running
-from firepool.service.elastic import ElasticActions, ElasticConfig, ElasticDriver
+from firepool.service.elastic import ElasticConfig, ElasticDriver
 from firepool.service.pods import PodManager
 from firepool.store import JobRecord, JobStore
 
@@ -53,6 +70,14 @@ class BrokerConfig:
     ready_timeout_s: float = 120.0
     max_queue_scan: int = 10_000
     elastic: ElasticConfig = field(default_factory=ElasticConfig)
+    scaler: ScalerConfig = field(default_factory=ScalerConfig)
+    max_gpus_per_caller: int | None = None
+
+
+def ticket_of(job: JobRecord) -> Ticket:
+    """The core's view of a stored job."""
+    submitted = job.timings.get("submitted") or 0.0
+    return Ticket(job.id, job.caller, job.spec, submitted, job.retries)
 
 
 class Broker:
@@ -71,56 +96,61 @@ class Broker:
     ) -> None:
         self.store = store
         self.backend = backend
-        self.specs = {p.name: p for p in pools}
         self.ledger = ledger
         self.logs = logs
         self.packages = packages
         self.config = config = config or BrokerConfig()
         self.clock = clock
-        self.tracker = Tracker(self.specs.values())
+        self.core = BrokerCore(
+            pools,
+            ledger,
+            new_name=_pod_name,
+            config=CoreConfig(
+                scaler=config.scaler,
+                max_gpus_per_caller=config.max_gpus_per_caller,
+                elastic=config.elastic.rules(),
+            ),
+            start=clock(),
+        )
+        self.specs = self.core.specs
         self.base_url: str | None = None
         self.pods = PodManager(
             backend,
-            self.tracker,
-            ledger,
-            clock=clock,
-            on_ready=self.wake,
-            on_promotions=self._promoted,
             callback_url=lambda: f"{self.base_url}/internal/v1/events" if self.base_url else None,
             ready_timeout_s=config.ready_timeout_s,
         )
         self.runner = AttemptRunner(
             store=store,
-            tracker=self.tracker,
             pods=self.pods,
             logs=logs,
             clock=clock,
             package_url=lambda digest: f"{self.base_url}/internal/v1/packages/{digest}",
-            on_release=self.released,
             exit_poll_s=config.exit_poll_s,
-            judge_attempt=self._judge,
             resize_grace_s=config.elastic.stop_grace_s,
         )
         self.elastic = ElasticDriver(
-            self.specs,
-            config=config.elastic,
+            self.core,
             checkpoint_root=checkpoint_root
             or Path(tempfile.mkdtemp(prefix="firepool-checkpoints-")),
             secret=secrets.token_bytes(32),
-            clock=clock,
         )
         self.running: dict[str, Running] = {}
-        # The queue as the dispatcher knows it: fed by submissions and re-queues at once, and
-        # re-read from the store on every fallback tick (which catches anything missed).
-        self.queued: dict[str, JobRecord] = {}
+        # Stored records of queued jobs: the commit is conditional on the row's version.
+        self._records: dict[str, JobRecord] = {}
         self._resync = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
         self._reconcile_now = asyncio.Event()
+        self._reconcile_pools: dict[str, None] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._closing = False
         # The last dispatch passes' durations (bounded: the broker runs for months).
         self.dispatch_ms: collections.deque[float] = collections.deque(maxlen=1024)
+
+    @property
+    def tracker(self) -> Tracker:
+        """Read-only use (listings, metrics): every change goes through the core."""
+        return self.core.tracker
 
     # ------------------------------------------------------------------ life cycle
 
@@ -131,7 +161,7 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         self.base_url = base_url
         await recover(self)
-        await self.reconcile()
+        self.reconcile()
         self._loops = [
             asyncio.create_task(self._dispatch_loop(), name="dispatch"),
             asyncio.create_task(self._reconcile_loop(), name="reconcile"),
@@ -148,6 +178,65 @@ class Broker:
         await asyncio.gather(*self._loops, return_exceptions=True)
         await self.pods.close(delete_pods)
 
+    # ------------------------------------------------------------------ executing actions
+
+    def act(self, actions: Iterable[Action]) -> None:
+        """Carry out the core's actions, in order. Runs on the event loop, never blocks."""
+        for action in actions:
+            if isinstance(action, Dispatch):
+                self._wake.set()
+            elif isinstance(action, Reconcile):
+                self._reconcile_pools[action.pool] = None
+                self._reconcile_now.set()
+            elif isinstance(action, StartAttempt):
+                self._start(action)
+            elif isinstance(action, LaunchAttempt):
+                running = self.running.get(action.job)
+                if running is not None:
+                    running.gate.set()
+            elif isinstance(action, HoldPod):
+                self.pods.spawn(self.pods.annotate(action.pod, pod_annotations.held(action.until)))
+                self._at(action.until, self._expire_holds)
+            elif isinstance(action, DeletePod):
+                self.pods.spawn(self._delete(action.pod))
+            elif isinstance(action, CreatePod):
+                self.pods.spawn(self._create(action))
+            elif isinstance(action, RecordVerdict):
+                self.pods.spawn(self._record(action))
+            elif isinstance(action, StopAttempt):
+                self._stop(action)
+            elif isinstance(action, FailQueued):
+                self.pods.spawn(self._fail_queued(action))
+            elif isinstance(action, InjectFailure):
+                self._at(action.at, functools.partial(self._failure_due, action))
+
+    def _failure_due(self, action: InjectFailure) -> None:
+        self.act(self.core.failure_due(action.job, action.attempt))
+
+    def _at(self, when: float, callback: Callable[[], None]) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(max(when - self.clock(), 0.0), callback)
+
+    def _start(self, action: StartAttempt) -> None:
+        ticket, lease = action.ticket, action.lease
+        job = self._records.pop(ticket.job, None) or _placeholder(ticket)
+        running = Running(job, lease, ticket=ticket)
+        if ticket.spec.kind is JobKind.ELASTIC:
+            running.extra_env = self.elastic.environment(ticket, self.base_url)
+        self.running[ticket.job] = running
+        self.pods.spawn(self._run(running))
+
+    def _stop(self, action: StopAttempt) -> None:
+        running = self.running.get(action.job)
+        if running is None:
+            return
+        if action.mode is StopMode.CANCEL:
+            running.cancel.set()
+        elif action.mode is StopMode.GRACEFUL:
+            running.stop.set()
+        else:
+            self.pods.spawn(self.runner.kill(running))
+
     # ------------------------------------------------------------------ signals (any thread)
 
     def wake(self) -> None:
@@ -158,24 +247,25 @@ class Broker:
             self._loop.call_soon_threadsafe(self._enqueue, job)
 
     def _enqueue(self, job: JobRecord) -> None:
-        if job.state is JobState.QUEUED and job.id not in self.running:
-            self.queued[job.id] = job
-            if job.spec.kind is JobKind.ELASTIC:
-                self.elastic.submit(job, self.clock())
-        self._wake.set()
+        if job.state is JobState.QUEUED:
+            self._remember(job)
+            self.act(self.core.submit(ticket_of(job), self.clock()))
+
+    def _remember(self, job: JobRecord) -> None:
+        """Keep the stored record for the attempt (its version is the commit's condition)."""
+        self._records[job.id] = job
 
     def cancel_requested(self, job: JobRecord) -> None:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._cancel, job)
 
     def _cancel(self, job: JobRecord) -> None:
-        running = self.running.get(job.id)
-        if running is not None:
-            running.cancel.set()
         if job.state.terminal:
-            self.queued.pop(job.id, None)
-        if job.spec.kind is JobKind.ELASTIC:
-            self._elastic_act(self.elastic.cancelled(job.id, self.clock()))
+            self._forget(job.id)
+        self.act(self.core.cancel(job.id, self.clock(), terminal=job.state.terminal))
+
+    def _forget(self, job_id: str) -> None:
+        self._records.pop(job_id, None)
 
     def _signal(self, event: asyncio.Event) -> None:
         loop = self._loop
@@ -223,221 +313,165 @@ class Broker:
             jobs = await asyncio.to_thread(
                 self.store.list_jobs, states=[JobState.QUEUED], limit=self.config.max_queue_scan
             )
-            self.queued = {j.id: j for j in jobs if j.id not in self.running}
+            self._records = {j.id: j for j in jobs}
+            self.act(self.core.resync([ticket_of(j) for j in jobs], self.clock()))
         start = time.perf_counter()
-        candidates: list[QueuedJob] = []
-        for job in list(self.queued.values()):
-            if job.spec.pool not in self.specs:
-                del self.queued[job.id]
-                await self._fail_queued(
-                    job,
-                    ErrorCode.UNKNOWN_POOL,
-                    f"pool {job.spec.pool!r} is not in this broker's catalog",
-                )
-                if job.spec.kind is JobKind.ELASTIC:
-                    self._elastic_act(self.elastic.cancelled(job.id, self.clock()))
-                continue
-            pods = job.spec.pods
-            if job.spec.kind is JobKind.ELASTIC:
-                self.elastic.submit(job, self.clock())  # a no-op unless the hook was missed
-                world = self.elastic.dispatchable(job.id)
-                if world is None:
-                    continue  # waits for a round to size it
-                pods = world
-            candidates.append(_queued(job, pods))
-        result = dispatch_pass(self.tracker, candidates, self.clock())
-        for lease in result.leases:
-            running = Running(self.queued.pop(lease.job), lease)
-            if running.job.spec.kind is JobKind.ELASTIC:
-                self.elastic.dispatched(lease.job, running.job.attempt)
-                running.extra_env = self.elastic.environment(running.job, self.base_url)
-            self.running[lease.job] = running
-            self.pods.spawn(self._run(running))
+        actions = self.core.dispatch(self.clock())
         self.dispatch_ms.append((time.perf_counter() - start) * 1000.0)
-        if any(w.reason is WaitReason.NO_CAPACITY for w in result.waiting):
-            self._signal(self._reconcile_now)
+        self.act(actions)
+
+    # ------------------------------------------------------------------ attempts
+
+    async def _run(self, running: Running) -> None:
+        job_id = running.ticket.job
+        try:
+            job = await self.runner.commit(running)
+            if job is None:  # the commit lost a race: the store has the truth
+                self.running.pop(job_id, None)
+                self._resync = True
+                self.act(self.core.commit_lost(job_id, self.clock()))
+                return
+            running.marking = self.pods.spawn(self._mark_pods(running))
+            self.act(self.core.committed(job_id, self.clock()))
+            end = await self.runner.run(running)
+            await self._finish(running, end)
+        except Exception:
+            log.exception("attempt %s crashed in the broker", running.job.attempt)
+            self.running.pop(job_id, None)
 
     async def reattach(self, running: Running) -> None:
         try:
-            await self.runner.resume(running)
+            end = await self.runner.resume(running)
+            await self._finish(running, end)
         except Exception:
             log.exception("re-attached attempt %s crashed in the broker", running.job.attempt)
-        finally:
-            self.running.pop(running.job.id, None)
-            self.wake()
+            self.running.pop(running.ticket.job, None)
 
-    async def _run(self, running: Running) -> None:
-        elastic = running.job.spec.kind is JobKind.ELASTIC
-        try:
-            final = await self.runner.run(running)
-            if final is None:  # the commit lost a race: the store has the truth
-                self._resync = True
-                if elastic:
-                    self.elastic.lost_race(running.job.id)
-            elif final.state is JobState.QUEUED:  # a retry
-                self.queued[final.id] = final
-            if final is not None and elastic:
-                self._elastic_act(self.elastic.exited(final, self.clock()))
-        except Exception:
-            log.exception("attempt %s crashed in the broker", running.job.attempt)
-        finally:
-            self.running.pop(running.job.id, None)
-            self.wake()
+    async def _finish(self, running: Running, end: AttemptEnd) -> None:
+        await self.runner.drain_logs(running)
+        unclean = await self.runner.reset(running.lease)
+        job_id = running.ticket.job
+        self.running.pop(job_id, None)
+        running.ticket = ticket_of(running.job)
+        self.act(self.core.attempt_over(job_id, end, unclean, self.clock()))
 
-    def _judge(self, job: JobRecord, end: AttemptEnd) -> Verdict:
-        if job.spec.kind is JobKind.ELASTIC:
-            return self.elastic.judge(job, end)
-        return judge(end, job.retries, job.spec.max_retries)
-
-    def released(self, result: ReleaseResult) -> None:
-        """Act on a release: delete retired pods, start promoted jobs, rescale, redispatch."""
-        for retired in result.retired:
-            self.pods.spawn(self.pods.delete(retired.pod))
-        self._promoted(result.promoted)
-        self._signal(self._reconcile_now)
-        self.wake()
-
-    def _promoted(self, promotions: list[Promotion]) -> None:
-        for promotion in promotions:
-            running = self.running.get(promotion.job)
-            if running is not None and promotion.job_launchable:
-                running.gate.set()
-
-    # ------------------------------------------------------------------ scaling
-
-    async def _reconcile_loop(self) -> None:
-        while not self._closing:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._reconcile_now.wait(), self.config.reconcile_s)
-            self._reconcile_now.clear()
-            try:
-                await self.reconcile()
-            except Exception:
-                log.exception("reconcile pass failed")
-
-    async def reconcile(self) -> None:
-        now = self.clock()
-        for spec in self.specs.values():
-            demand = [
-                QueuedDemand(j.caller, j.spec.pods, j.spec.single_use, j.spec.image)
-                for j in self.queued.values()
-                if j.spec.pool == spec.name
-            ]
-            scale = plan(
-                spec,
-                self.tracker.pool_pods(spec.name),
-                self.tracker.pool_groups(spec.name),
-                demand,
-                now,
-                headroom_units=self.ledger.headroom(spec.budget_resource),
+    async def _mark_pods(self, running: Running) -> None:
+        """Step 4, best effort and off the critical path: ownership annotations."""
+        ticket = ticket_of(running.job)
+        for p in running.lease.pods:
+            await self.pods.annotate(
+                p.name, pod_annotations.running(ticket, self.core.retire_after(p.name))
             )
-            for order in admit(scale, spec, self.ledger, functools.partial(_pod_name, spec.name)):
-                self.tracker.add_pod(
-                    order.pod,
-                    spec.name,
-                    now,
-                    role=order.role,
-                    group=order.group,
-                    single_use=order.single_use,
-                    image=order.image,
-                )
-                self.pods.spawn(self.pods.create(order, spec))
-            for retired in scale.retire:
-                if self.tracker.retire(retired.pod, retired.reason):
-                    self.pods.spawn(self.pods.delete(retired.pod))
 
-    # ------------------------------------------------------------------ elastic jobs
+    async def _record(self, action: RecordVerdict) -> None:
+        ticket = action.ticket
+        running_job = await asyncio.to_thread(self.store.get, ticket.job)
+        if running_job is None:
+            return
+        final = await self.runner.record(running_job, action.verdict)
+        if final.state is JobState.QUEUED:
+            self._remember(final)
+        self.act(self.core.verdict_recorded(ticket_of(final), final.state, self.clock()))
 
-    async def _elastic_loop(self) -> None:
-        try:
-            await asyncio.to_thread(self.elastic.warm_up)
-        except Exception:
-            log.exception("round policy warm-up failed")
-        while not self._closing:
-            await asyncio.sleep(self.config.elastic.tick_s)
-            try:
-                actions = self.elastic.round(self.clock())
-                if actions is not None:
-                    self._elastic_act(actions)
-            except Exception:
-                log.exception("elastic round failed")
-
-    def _elastic_act(self, actions: ElasticActions) -> None:
-        """Carry out a driver's answer: graceful stops, failures to inject, unschedulable jobs
-        to fail, and a dispatch pass for decided starts."""
-        for job_id in actions.stop:
-            running = self.running.get(job_id)
-            if running is not None:
-                running.stop.set()
-        now = self.clock()
-        for failure in actions.failures:
-            running = self.running.get(failure.job_id)
-            if running is None:
-                continue
-            attempt = running.job.attempt
-            loop = asyncio.get_running_loop()
-            loop.call_later(max(failure.at - now, 0.0), self._fail_later, running, attempt)
-        for job_id, reason in actions.unschedulable:
-            self.pods.spawn(self._unschedulable(job_id, reason))
-        if actions.wake:
-            self.wake()
-
-    def _fail_later(self, running: Running, attempt: str) -> None:
-        self.pods.spawn(self._inject_failure(running, attempt))
-
-    async def _inject_failure(self, running: Running, attempt: str) -> None:
-        """Experiments: SIGKILL every rank of the attempt, if it is still the live one."""
-        live = self.running.get(running.job.id) is running and running.job.attempt == attempt
-        if live and running.launched:  # a failure drawn before the launch is not delivered
-            self.elastic.injected += 1
-            await self.runner.kill(running)
-
-    async def _unschedulable(self, job_id: str, reason: str) -> None:
-        job = self.queued.pop(job_id, None) or await asyncio.to_thread(self.store.get, job_id)
+    async def _fail_queued(self, action: FailQueued) -> None:
+        job = await asyncio.to_thread(self.store.get, action.job)
+        self._forget(action.job)
         if job is None or job.state is not JobState.QUEUED:
             return
-        await self._fail_queued(
-            job, ErrorCode.UNSCHEDULABLE, f"no size of this elastic job can run here: {reason}"
-        )
-
-    async def _fail_queued(self, job: JobRecord, error: ErrorCode, message: str) -> None:
-        """A queued job that can never run ends FAILED with a typed class, without an attempt."""
         await asyncio.to_thread(
             self.store.finish,
             job,
             JobState.FAILED,
             now=self.clock(),
-            error_class=error,
-            message=message,
+            error_class=action.error,
+            message=action.message,
         )
+
+    # ------------------------------------------------------------------ pods
+
+    async def _create(self, action: CreatePod) -> None:
+        order = action.order
+        try:
+            await self.pods.create(order, self.specs[order.pool], action.peer)
+        except Exception as exc:  # any failure: the pod never becomes supply
+            log.warning("pod %s failed to start: %r", order.pod, exc)
+            self.act(self.core.pod_failed(order.pod, self.clock()))
+            return
+        self.act(self.core.pod_ready(order.pod, self.clock()))
+        await self.pods.annotate(order.pod, pod_annotations.idle())
+
+    async def _delete(self, name: str) -> None:
+        await self.pods.delete(name)
+        self.act(self.core.pod_deleted(name, self.clock()))
+
+    # ------------------------------------------------------------------ scaling
+
+    async def _reconcile_loop(self) -> None:
+        while not self._closing:
+            periodic = False
+            try:
+                await asyncio.wait_for(self._reconcile_now.wait(), self.config.reconcile_s)
+            except TimeoutError:
+                periodic = True
+            self._reconcile_now.clear()
+            try:
+                self.reconcile(None if periodic else list(self._reconcile_pools))
+            except Exception:
+                log.exception("reconcile pass failed")
+
+    def reconcile(self, pools: list[str] | None = None) -> None:
+        """A scaler pass over `pools` (every pool when None)."""
+        self._reconcile_pools.clear()
+        now = self.clock()
+        for pool in self.specs if pools is None else pools:
+            self.act(self.core.reconcile(pool, now))
+
+    def _expire_holds(self) -> None:
+        self.act(self.core.tick(self.clock()))
 
     async def _hold_loop(self) -> None:
         while not self._closing:
             await asyncio.sleep(self.config.hold_tick_s)
-            for retired in self.tracker.expire_holds(self.clock()):
-                self.pods.spawn(self.pods.delete(retired.pod))
+            self._expire_holds()
+
+    # ------------------------------------------------------------------ elastic jobs
+
+    async def _elastic_loop(self) -> None:
+        elastic = self.core.elastic
+        if elastic is None:
+            return
+        try:
+            await asyncio.to_thread(elastic.warm_up)
+        except Exception:
+            log.exception("round policy warm-up failed")
+        while not self._closing:
+            await asyncio.sleep(self.config.elastic.tick_s)
+            try:
+                now = self.clock()
+                if self.core.round_due(now):
+                    started = time.perf_counter()
+                    actions = self.core.round(now)
+                    self.elastic.decide_ms.append((time.perf_counter() - started) * 1000.0)
+                    self.act(actions)
+            except Exception:
+                log.exception("elastic round failed")
 
 
-def _queued(job: JobRecord, pods: int) -> QueuedJob:
-    spec = job.spec
-    submitted = job.timings.get("submitted") or 0.0
-    return QueuedJob(
-        ClaimRequest(
-            job=job.id,
-            caller=job.caller,
-            pool=spec.pool,
-            queue=spec.queue,
-            tag=spec.lease_tag,
-            pods=pods,
-            single_use=spec.single_use,
-            image=spec.image,
-            image_pinned=spec.image_is_pinned,
-            queued_at=submitted,
-        ),
-        priority=spec.priority,
-        submitted_at=submitted,
+def _placeholder(ticket: Ticket) -> JobRecord:
+    """A record for a ticket whose stored row the driver does not hold (a race with a
+    resync). Its version matches no row, so the conditional commit loses, the pods go back
+    and the next resync reads the row: safe, never a second launch."""
+    return JobRecord(
+        id=ticket.job,
+        caller=ticket.caller,
+        spec=ticket.spec,
+        state=JobState.QUEUED,
+        version=-1,
+        retries=ticket.retries,
+        timings={"submitted": ticket.submitted_at},
     )
 
 
 def _pod_name(pool: str) -> str:
     return f"{pool}-{secrets.token_hex(4)}"
+

@@ -46,14 +46,12 @@ class VirtualBackend:
         self._held_area += self.held_units * (now - self._held_since)
         self._held_since = now
 
-    def reserve(self, units: int) -> None:
-        """Budget units start being held (a new pod or GPU group is being created)."""
-        self._account()
-        self.held_units += units
-
-    def free(self, units: int) -> None:
-        self._account()
-        self.held_units -= units
+    def hold(self, units: int) -> None:
+        """Budget units held from now on (pods and GPU groups being created or alive: the
+        ledger's reservations, which the broker core makes before each create)."""
+        if units != self.held_units:
+            self._account()
+            self.held_units = units
 
     def held_area(self) -> float:
         """Unit-seconds held so far (GPU- or core-seconds, groups counted once)."""

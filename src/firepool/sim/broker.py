@@ -1,19 +1,12 @@
-"""The broker in virtual time: executes the control plane's decisions as the service does.
+"""The broker in virtual time: the simulator's executor of the broker core.
 
-Every decision comes from `control/`: the dispatcher's queue order and claims
-(`dispatch_pass` over the `Tracker`), the scaler's plan (`plan`), budget admission (`admit`
-through the `BudgetLedger`), holds, retirements, standby promotions through the per-GPU gate,
-and the attempt verdict (`judge`). This module only does what a driver does: commit to the
-store, call the (virtual) backend, wait the venue's delays, and feed events back. As in the
-service (`service/broker.py`), submissions, releases and pod readiness wake the dispatcher, a
-fallback tick (3 s) runs it while jobs wait, and the scaler runs every `reconcile_s` and at once
-after a release or when a dispatch pass leaves a job waiting for capacity.
-
-The simulator makes every change to its tracker, queue and ledger itself, so it knows when a
-pool's scaler inputs are untouched since the last pass. A pass whose plan was empty is then
-skipped until one of them changes or the plan's `stable_until` (the next keep-alive expiry or
-hold tenure) comes: the skipped pass would have computed the same empty plan, so runs are
-identical with and without the skip (`check_skips=True` computes it anyway and asserts that).
+Every decision is `control/core.py`'s, the very object the service runs: claims and their
+order, the scaler's plan and budget admission, holds, retirements, standby promotions through
+the per-GPU gate, verdicts and retries. This module only does what a driver does: commit to
+the in-memory store, call the virtual backend, wait the venue's delays, and feed the outcomes
+back as events. As in the service, a `Dispatch` action runs a pass (after the venue's dispatch
+delay), a fallback tick (3 s) runs one while jobs wait, and the scaler runs every `reconcile_s`
+and for each pool a `Reconcile` action names.
 """
 
 from __future__ import annotations
@@ -23,20 +16,28 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from firepool.control.admission import admit
-from firepool.control.budgets import BudgetLedger
-from firepool.control.dispatch import AttemptEnd, QueuedJob, dispatch_pass, judge
-from firepool.control.records import (
-    ClaimRequest,
-    Lease,
-    Promotion,
-    Retired,
-    Wait,
-    WaitReason,
+from firepool.control.actions import (
+    Action,
+    CreatePod,
+    DeletePod,
+    Dispatch,
+    FailQueued,
+    HoldPod,
+    InjectFailure,
+    LaunchAttempt,
+    Reconcile,
+    RecordVerdict,
+    StartAttempt,
+    StopAttempt,
+    StopMode,
 )
-from firepool.control.scaler import QueuedDemand, plan
+from firepool.control.budgets import BudgetLedger
+from firepool.control.core import BrokerCore, CoreConfig
+from firepool.control.dispatch import AttemptEnd
+from firepool.control.elastic_jobs import ElasticRules
+from firepool.control.records import Lease, Ticket
 from firepool.control.tracker import Tracker
-from firepool.model import AcquisitionPath, JobSpec, PodState, PoolSpec
+from firepool.model import AcquisitionPath, ElasticSpec, JobKind, JobSpec, JobState, PoolSpec
 from firepool.sim.backend import VirtualBackend
 from firepool.sim.loop import EventLoop
 from firepool.sim.memstore import MemStore
@@ -44,6 +45,7 @@ from firepool.sim.venue import Venue
 from firepool.store.records import JobRecord, PodBinding
 
 _STANDBY = AcquisitionPath.STANDBY
+ROUND_TICK_S = 1.0
 
 
 @dataclass(slots=True)
@@ -85,6 +87,10 @@ class JobRequest:
     queue: str = "default"
     single_use: bool = False
     pods: int = 1
+    image: str | None = None
+    priority: int = 0
+    #: An elastic training job (sized by the core's rounds, `pods` is ignored).
+    elastic: ElasticSpec | None = None
 
 
 class SimBroker:
@@ -101,48 +107,47 @@ class SimBroker:
         reconcile_s: float = 30.0,
         dispatch_tick_s: float = 3.0,
         check_skips: bool = False,
+        elastic: ElasticRules | None = None,
     ) -> None:
         self.loop = loop
         self.venue = venue
         self.rng = rng
-        self.specs = {p.name: p for p in pools}
-        self.tracker = Tracker(self.specs.values())
         self.ledger = BudgetLedger(budgets)
+        self._names = (f"pod-{i}" for i in itertools.count())
+        self.core = BrokerCore(
+            pools,
+            self.ledger,
+            new_name=lambda _pool: next(self._names),
+            config=CoreConfig(elastic=elastic, check_skips=check_skips),
+            start=loop.now,
+        )
+        self.specs = self.core.specs
         self.store = MemStore()
         self.backend = VirtualBackend(loop, venue, rng, self._pod_ready, self._pod_deleted)
         self.reconcile_s = reconcile_s
         self.dispatch_tick_s = dispatch_tick_s
         self._tick_pending = False
-        self.queued: dict[str, QueuedJob] = {}
         self.stats: dict[str, JobStats] = {}
         self.records: dict[str, JobRecord] = {}
-        self._names = (f"pod-{i}" for i in itertools.count())
-        self._specs_cache: dict[tuple[str, str, str, bool, int], JobSpec] = {}
+        self.leases: dict[str, Lease] = {}
+        self._specs_cache: dict[tuple[object, ...], JobSpec] = {}
         self._dispatch_pending = False
         self._reconcile_pending: set[str] = set()
         self._in_flight_units = 0
         self.peak_units = 0  # peak units wanted by submitted, unfinished jobs
         self._unit_of = {p.name: max(1, p.units_per_pod) for p in self.specs.values()}
         self._stopped = False
-        # Per pool: bumped on every change to its pods, and to its queue; and the last empty
-        # plan's (pods, queue, headroom, stable_until), under which a pass may be skipped.
-        self._gen = dict.fromkeys(self.specs, 0)
-        self._queue_gen = dict.fromkeys(self.specs, 0)
-        self._quiet: dict[str, tuple[int, int, int | None, float]] = {}
-        self._check_skips = check_skips
-        self.passes_skipped = 0
-        # Per queued job: what its claim depended on when it last found no capacity, and that
-        # answer. A claim only takes pods, never frees them, and time only expires holds, so
-        # while those inputs are unchanged the claim would fail the same way: it is not
-        # repeated on every pass (the dispatcher sees the same queue order and outcomes).
-        # On a GPU pool the inputs are all its pods. On a CPU pool a job can only take its
-        # caller's own held pods or never-used ones, so they are the pool's ready pods (a
-        # never-used pod appears only when a pod becomes ready) and the caller's releases.
-        self._no_capacity: dict[str, tuple[tuple[int, int], Wait]] = {}
-        self._fresh_gen = dict.fromkeys(self.specs, 0)
-        self._caller_gen: dict[tuple[str, str], int] = {}
-        self._gpu_pools = frozenset(p.name for p in self.specs.values() if p.is_gpu)
         loop.after(reconcile_s, self._periodic)
+        if elastic is not None:
+            loop.after(0.0, self._round_tick)
+
+    @property
+    def tracker(self) -> Tracker:
+        return self.core.tracker
+
+    @property
+    def passes_skipped(self) -> int:
+        return self.core.passes_skipped
 
     # ---------------------------------------------------------------- set-up
     def warm_up(self) -> None:
@@ -156,9 +161,37 @@ class SimBroker:
         """Stop the periodic reconcile so the loop can drain."""
         self._stopped = True
 
+    # ---------------------------------------------------------------- executing actions
+    def _act(self, actions: list[Action]) -> None:
+        for action in actions:
+            kind = type(action)
+            if kind is Dispatch:
+                self._wake_dispatch()
+            elif kind is Reconcile:
+                self._wake_reconcile(action.pool)  # type: ignore[union-attr]
+            elif kind is StartAttempt:
+                self._commit(action)  # type: ignore[arg-type]
+            elif kind is LaunchAttempt:
+                self._launch(action.job)  # type: ignore[union-attr]
+            elif kind is HoldPod:
+                self.loop.at(action.until, self._tick)  # type: ignore[union-attr]
+            elif kind is DeletePod:
+                self.backend.delete(action.pod)  # type: ignore[union-attr]
+            elif kind is CreatePod:
+                self.backend.create(action.order.pod)  # type: ignore[union-attr]
+            elif kind is RecordVerdict:
+                self._record(action)  # type: ignore[arg-type]
+            elif kind is StopAttempt:
+                self._stop(action)  # type: ignore[arg-type]
+            elif kind is FailQueued:
+                self._fail_queued(action)  # type: ignore[arg-type]
+            elif kind is InjectFailure:
+                self.loop.at(action.at, self._failure_due, action)  # type: ignore[union-attr]
+
     # ---------------------------------------------------------------- submission
     def _spec(self, req: JobRequest) -> JobSpec:
-        key = (req.pool, req.queue, req.tag, req.single_use, req.pods)
+        key = (req.pool, req.queue, req.tag, req.single_use, req.pods, req.image, req.priority,
+               req.elastic)
         spec = self._specs_cache.get(key)
         if spec is None:
             spec = JobSpec(
@@ -167,8 +200,12 @@ class SimBroker:
                 queue=req.queue,
                 lease_tag=req.tag,
                 single_use=req.single_use,
-                pods=req.pods,
+                pods=1 if req.elastic is not None else req.pods,
+                image=req.image,
+                priority=req.priority,
                 timeout_s=None,
+                kind=JobKind.ELASTIC if req.elastic is not None else JobKind.TASK,
+                elastic=req.elastic,
             )
             if len(self._specs_cache) < 4096:
                 self._specs_cache[key] = spec
@@ -182,88 +219,43 @@ class SimBroker:
         self.stats[job] = JobStats(job, req.caller, req.pool, now, req.duration, on_done=on_done)
         self._in_flight_units += req.pods * self._unit_of[req.pool]
         self.peak_units = max(self.peak_units, self._in_flight_units)
-        self.loop.after(self.venue.accept.sample(self.rng), self._accepted, (job, req))
+        self.loop.after(self.venue.accept.sample(self.rng), self._accepted, job)
         return job
 
-    def _accepted(self, arg: tuple[str, JobRequest]) -> None:
-        job, req = arg
+    def _accepted(self, job: str) -> None:
+        # The broker sees the job when the API's commit is done: that instant is its queue
+        # time (a pod created after it is `new`, not `warm`).
+        record = self.records[job]
         now = self.loop.now
-        request = ClaimRequest(
-            job, req.caller, req.pool, req.queue, req.tag, req.pods, req.single_use, queued_at=now
-        )
-        self.queued[job] = QueuedJob(request, 0, now)
-        self._queue_gen[req.pool] += 1
-        self._wake_dispatch()
+        self._act(self.core.submit(Ticket(job, record.caller, record.spec, now), now))
 
     # ---------------------------------------------------------------- dispatch
     def _wake_dispatch(self) -> None:
-        if not self._dispatch_pending and self.queued:
+        if not self._dispatch_pending and self.core.queued:
             self._dispatch_pending = True
             self.loop.after(self.venue.dispatch.sample(self.rng), self._dispatch)
 
     def _dispatch(self, _: object = None) -> None:
         self._dispatch_pending = False
-        if not self.queued:
+        if not self.core.queued:
             return
-        now = self.loop.now
-        known = self._no_capacity
-        claim_inputs = self._claim_inputs
-        todo: list[QueuedJob] = []
-        skipped: list[Wait] = []
-        for q in self.queued.values():
-            seen = known.get(q.request.job)
-            if seen is not None and seen[0] == claim_inputs(q.request):
-                skipped.append(seen[1])
-                if self._check_skips:
-                    todo.append(q)
-            else:
-                todo.append(q)
-        result = dispatch_pass(self.tracker, todo, now)
-        if self._check_skips:
-            placed = {lease.job for lease in result.leases}
-            wrong = [w.job for w in skipped if w.job in placed]
-            if wrong:
-                raise AssertionError(f"skipped claims that would have succeeded: {wrong}")
-            skipped = []
-        for w in result.waiting:
-            if w.reason is WaitReason.NO_CAPACITY:
-                known[w.job] = (claim_inputs(self.queued[w.job].request), w)
-        for lease in result.leases:
-            self._commit(lease, now)
-        waiting = result.waiting
-        if skipped:
-            waiting = waiting + skipped
-            if len(self.specs) > 1:  # the wake-up order below follows the queue order
-                waiting.sort(key=lambda w: self.queued[w.job].order_key)
-        # An ordered set: the wake-up order must not depend on string hashing.
-        pools = dict.fromkeys(self.queued[w.job].request.pool for w in waiting
-                              if w.reason is WaitReason.NO_CAPACITY)
-        for pool in pools:
-            self._wake_reconcile(pool)
-        if self.queued and not self._tick_pending:
+        self._act(self.core.dispatch(self.loop.now))
+        if self.core.queued and not self._tick_pending:
             # The service's fallback tick: a pass every dispatch_tick_s while jobs wait, which
             # is what notices budget freed by a deletion (nothing else wakes the dispatcher).
             self._tick_pending = True
-            self.loop.after(self.dispatch_tick_s, self._tick)
+            self.loop.after(self.dispatch_tick_s, self._dispatch_tick)
 
-    def _claim_inputs(self, req: ClaimRequest) -> tuple[int, int]:
-        """Generations of what a failed claim of `req` could change with (see `__init__`)."""
-        pool = req.pool
-        if pool in self._gpu_pools:
-            return (self._gen[pool], -1)
-        return (self._fresh_gen[pool], self._caller_gen.get((pool, req.caller), 0))
-
-    def _tick(self, _: object = None) -> None:
+    def _dispatch_tick(self, _: object = None) -> None:
         self._tick_pending = False
-        if self.queued and not self._dispatch_pending:
+        if self.core.queued and not self._dispatch_pending:
             self._dispatch()
 
-    def _commit(self, lease: Lease, now: float) -> None:
+    def _commit(self, action: StartAttempt) -> None:
+        lease = action.lease
         job = lease.job
-        del self.queued[job]
-        self._no_capacity.pop(job, None)
-        self._gen[lease.pool] += 1
-        self._queue_gen[lease.pool] += 1
+        now = self.loop.now
+        self.leases[job] = lease
         bindings = [
             PodBinding(rank, p.name, p.path, p.reason.value, lease.pool)
             for rank, p in enumerate(lease.pods)
@@ -273,14 +265,11 @@ class SimBroker:
         st.assigned = now
         st.paths = tuple(p.path.value for p in lease.pods)
         st.reasons = tuple(p.reason.value for p in lease.pods)
-        if lease.launchable:
-            self._launch(job, any(p.path is _STANDBY for p in lease.pods))
-        # else: a gated standby; `_promoted` launches it when the card's gate passes.
+        self._act(self.core.committed(job, now))
+        # A gated standby launches when the core's LaunchAttempt says its gate passed.
 
-    def _launch(self, job: str, standby: bool) -> None:
-        for name in self.tracker.job_pods(job):
-            self.tracker.mark_running(name)
-        self._gen[self.stats[job].pool] += 1
+    def _launch(self, job: str) -> None:
+        standby = any(p.path is _STANDBY for p in self.leases[job].pods)
         v, rng = self.venue, self.rng
         delay = v.handoff.sample(rng) + v.first_instruction.sample(rng)
         promote = v.promote.sample(rng) if standby else 0.0
@@ -289,51 +278,77 @@ class SimBroker:
 
     def _first_instruction(self, job: str) -> None:
         st = self.stats[job]
+        if st.finished >= 0.0 or job not in self.leases:
+            return  # stopped before its first instruction
         st.first = self.loop.now
-        self.loop.after(st.duration, self._exited, job)
+        self.loop.after(st.duration, self._exited, (job, AttemptEnd(exit_code=0)))
 
-    def _exited(self, job: str) -> None:
+    def _exited(self, arg: tuple[str, AttemptEnd]) -> None:
+        job, end = arg
         st = self.stats[job]
+        if st.finished >= 0.0 or job not in self.leases:
+            return  # already ended (a stop raced the natural exit)
         st.finished = self.loop.now
-        verdict = judge(AttemptEnd(exit_code=0), self.records[job].retries, 0)
-        self.records[job] = self.store.finish(
-            self.records[job], verdict.state, now=st.finished, exit_code=verdict.exit_code
-        )
         self._in_flight_units -= len(st.paths) * self._unit_of[st.pool]
-        self.loop.after(self.venue.reset.sample(self.rng), self._reset_done, job)
+        self.loop.after(self.venue.reset.sample(self.rng), self._reset_done, (job, end))
         if st.on_done is not None:
             st.on_done(st)
 
-    def _reset_done(self, job: str) -> None:
+    def _reset_done(self, arg: tuple[str, AttemptEnd]) -> None:
+        job, end = arg
+        self.leases.pop(job, None)
+        self._act(self.core.attempt_over(job, end, (), self.loop.now))
+
+    def _record(self, action: RecordVerdict) -> None:
+        job, verdict = action.ticket.job, action.verdict
         now = self.loop.now
-        result = self.tracker.release(job, now)
-        st = self.stats[job]
-        self._gen[st.pool] += 1
-        key = (st.pool, st.caller)
-        self._caller_gen[key] = self._caller_gen.get(key, 0) + 1
-        for _, until in result.held:
-            self.loop.at(until, self._expire_holds)
-        self._retired(result.retired)
-        self._promoted(result.promoted)
-        self._wake_dispatch()
-        self._wake_reconcile(self.stats[job].pool)  # restage standbys, retire, refill floors
+        record = self.records[job]
+        if verdict.retry:
+            record = self.store.requeue(record, now=now, error_class=verdict.error_class)
+        else:
+            record = self.store.finish(
+                record,
+                verdict.state,
+                now=now,
+                exit_code=verdict.exit_code,
+                error_class=verdict.error_class,
+                message=verdict.message,
+            )
+        self.records[job] = record
+        ticket = Ticket(job, record.caller, record.spec, action.ticket.submitted_at,
+                        record.retries)
+        if record.state is JobState.QUEUED:
+            st = self.stats[job]
+            st.finished = -1.0
+            st.first = -1.0
+        self._act(self.core.verdict_recorded(ticket, record.state, now))
 
-    def _promoted(self, promotions: Iterable[Promotion]) -> None:
-        for promo in promotions:
-            if promo.job_launchable:
-                self._launch(promo.job, True)
+    def _stop(self, action: StopAttempt) -> None:
+        """A stop ends the attempt at once: a graceful stop exits 0 after checkpointing, a
+        kill by signal, a cancel as cancelled."""
+        job = action.job
+        if job not in self.leases or self.stats[job].finished >= 0.0:
+            return
+        if action.mode is StopMode.GRACEFUL:
+            end = AttemptEnd(exit_code=0)
+        elif action.mode is StopMode.KILL:
+            end = AttemptEnd(exit_code=-9, signal=9)
+        else:
+            end = AttemptEnd(cancelled=True)
+        self._exited((job, end))
 
-    def _retired(self, retired: Iterable[Retired]) -> None:
-        for r in retired:
-            self.backend.delete(r.pod)
+    def _failure_due(self, action: InjectFailure) -> None:
+        self._act(self.core.failure_due(action.job, action.attempt))
 
-    def _expire_holds(self, _: object = None) -> None:
-        retired = self.tracker.expire_holds(self.loop.now)
-        for r in retired:
-            pod = self.tracker.get(r.pod)
-            if pod is not None:
-                self._gen[pod.pool] += 1
-        self._retired(retired)
+    def _fail_queued(self, action: FailQueued) -> None:
+        record = self.records[action.job]
+        self.records[action.job] = self.store.finish(
+            record, JobState.FAILED, now=self.loop.now, error_class=action.error,
+            message=action.message,
+        )
+
+    def _tick(self, _: object = None) -> None:
+        self._act(self.core.tick(self.loop.now))
 
     # ---------------------------------------------------------------- scaling
     def _wake_reconcile(self, pool: str) -> None:
@@ -348,96 +363,35 @@ class SimBroker:
     def _periodic(self, _: object = None) -> None:
         if self._stopped:
             return
-        self._expire_holds()
+        self._tick()
         for pool in self.specs:
             self._reconcile(pool)
         self.loop.after(self.reconcile_s, self._periodic)
 
     def _reconcile(self, pool: str) -> None:
-        spec = self.specs[pool]
-        now = self.loop.now
-        gen, queue_gen = self._gen[pool], self._queue_gen[pool]
-        headroom = self.ledger.headroom(spec.budget_resource)
-        quiet = self._quiet.get(pool)
-        if (
-            quiet is not None
-            and quiet[0] == gen
-            and quiet[1] == queue_gen
-            and quiet[2] == headroom
-            and now < quiet[3]
-        ):
-            self.passes_skipped += 1
-            if not self._check_skips:
-                return
-            skipped = True
-        else:
-            skipped = False
-        demand = [
-            QueuedDemand(q.request.caller, q.request.pods, q.request.single_use)
-            for q in self.queued.values()
-            if q.request.pool == pool
-        ]
-        tracker = self.tracker
-        p = plan(
-            spec,
-            tracker.pool_pods(pool),
-            tracker.pool_groups(pool) if spec.is_gpu else (),  # CPU plans read no groups
-            demand,
-            now,
-            headroom_units=headroom,
-        )
-        if p.empty:
-            self._quiet[pool] = (gen, queue_gen, headroom, p.stable_until)
+        actions = self.core.reconcile(pool, self.loop.now)
+        if actions:
+            self.backend.hold(self.ledger.total_used())
+            self._act(actions)
+
+    def _round_tick(self, _: object = None) -> None:
+        """Elastic rounds: checked every second of virtual time (a round is due on its timer
+        and at once after an arrival, a completion or a failure, as the core decides)."""
+        if self._stopped:
             return
-        if skipped:
-            raise AssertionError(f"skipped a scaler pass of {pool} whose plan was not empty: {p}")
-        self._quiet.pop(pool, None)
-        self._gen[pool] += 1
-        units = max(1, spec.units_per_pod)
-        for order in admit(p, spec, self.ledger, lambda: next(self._names)):
-            tracker.add_pod(
-                order.pod,
-                pool,
-                now,
-                role=order.role,
-                group=order.group,
-                single_use=order.single_use,
-                image=order.image,
-            )
-            if order.holder is not None:
-                self.backend.reserve(units)
-            self.backend.create(order.pod)
-        for r in p.retire:
-            if tracker.retire(r.pod, r.reason):
-                self.backend.delete(r.pod)
+        now = self.loop.now
+        if self.core.round_due(now):
+            self._act(self.core.round(now))
+        self.loop.after(ROUND_TICK_S, self._round_tick)
 
     # ---------------------------------------------------------------- backend events
     def _pod_ready(self, name: str) -> None:
-        pod = self.tracker.get(name)
-        if pod is None:
-            return
-        if pod.state is not PodState.STARTING:
-            if pod.state is PodState.RETIRING:
-                self.backend.delete(name)
-            return
-        self.tracker.pod_ready(name, self.loop.now)
-        self._gen[pod.pool] += 1
-        self._fresh_gen[pod.pool] += 1
-        self._wake_dispatch()
+        self._act(self.core.pod_ready(name, self.loop.now))
 
     def _pod_deleted(self, name: str) -> None:
-        pod = self.tracker.get(name)
-        pool = pod.pool if pod is not None else None
-        freed, promoted = self.tracker.pod_deleted(name)
-        if pool is not None:
-            self._gen[pool] += 1
-        if freed is not None:
-            self.ledger.release(freed)
-            if pool is not None:
-                self.backend.free(max(1, self.specs[pool].units_per_pod))
-        self._promoted(promoted)
-        # As in the service, a deletion wakes nobody: the dispatcher's fallback tick finds
-        # the waiting jobs, and its NO_CAPACITY wait wakes the scaler.
+        actions = self.core.pod_deleted(name, self.loop.now)
+        self.backend.hold(self.ledger.total_used())
+        self._act(actions)
 
     # ---------------------------------------------------------------- results
     def finished(self) -> list[JobStats]:

@@ -1,0 +1,605 @@
+"""The broker core: every rule of the job path, as events in and actions out.
+
+Both drivers run this one object. The service (`service/`) executes its actions with real
+I/O on the asyncio loop; the simulator (`sim/`) executes them in virtual time. Neither holds a
+rule of either paper: which job claims which pods and in which order, when an elastic job may
+claim (only once a round has sized it), what the scaler creates and retires and how budget is
+reserved for it, holds, retirements, standby promotions through the per-GPU gate, the attempt
+verdict and the retry, and the experiments' failure stream are decided here.
+
+The driver reports each outcome as an event (`pod_ready`, `committed`, `attempt_over`,
+`verdict_recorded`, ...) and executes whatever actions the call returns, in order.
+
+Skipping work that cannot change anything: every change to the tracker, the queue and the
+ledger goes through this object, so it knows when a pool's inputs are untouched since the last
+pass. A failed claim is not retried until something it could use appears (on a GPU pool any
+change to its pods; on a CPU pool a never-used pod, or a release by the same caller), and a
+scaler pass whose plan was empty is skipped until its pods, queue or headroom change or the
+plan's `stable_until` comes. `check_skips=True` computes the skipped work anyway and asserts it
+would have changed nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from firepool.control.actions import (
+    DISPATCH,
+    Action,
+    CreatePod,
+    DeletePod,
+    FailQueued,
+    HoldPod,
+    InjectFailure,
+    LaunchAttempt,
+    Reconcile,
+    RecordVerdict,
+    StartAttempt,
+    StopAttempt,
+    StopMode,
+)
+from firepool.control.admission import admit
+from firepool.control.budgets import BudgetLedger
+from firepool.control.dispatch import AttemptEnd, QueuedJob, Verdict, dispatch_pass, judge
+from firepool.control.elastic_jobs import ElasticJobs, ElasticRules, ElasticStep
+from firepool.control.records import (
+    ClaimRequest,
+    Lease,
+    PodSnapshot,
+    Promotion,
+    ReleaseResult,
+    Retired,
+    RetireReason,
+    Ticket,
+    Wait,
+    WaitReason,
+)
+from firepool.control.scaler import QueuedDemand, ScalerConfig, plan
+from firepool.control.tracker import Tracker
+from firepool.model import ErrorCode, JobKind, JobState, PodRole, PodState, PoolSpec
+from firepool.scheduling import make_policy
+
+_NO_CAPACITY = WaitReason.NO_CAPACITY
+_STARTING = PodState.STARTING
+_RETIRING = PodState.RETIRING
+_ELASTIC = JobKind.ELASTIC
+_QUEUED = JobState.QUEUED
+
+
+@dataclass(frozen=True, slots=True)
+class CoreConfig:
+    scaler: ScalerConfig = field(default_factory=ScalerConfig)
+    #: A limit on the GPUs one caller may hold across every pool (None: none).
+    max_gpus_per_caller: int | None = None
+    #: Elastic jobs' rounds; None runs no round policy (every elastic job fails Unschedulable).
+    elastic: ElasticRules | None = field(default_factory=ElasticRules)
+    #: Compute skipped claims and scaler passes anyway and assert they would change nothing.
+    check_skips: bool = False
+
+
+@dataclass(slots=True)
+class _Queued:
+    ticket: Ticket
+    entry: QueuedJob
+
+
+@dataclass(slots=True)
+class Live:
+    """An attempt between its claim and its verdict."""
+
+    ticket: Ticket
+    lease: Lease
+    committed: bool = False
+    ungated: bool = False  # every pod holds its GPU's gate (or needs none)
+    launched: bool = False  # LaunchAttempt was issued
+
+
+class BrokerCore:
+    """One broker's state: the tracker, the ledger, the queue, live attempts, elastic rounds."""
+
+    def __init__(
+        self,
+        pools: Iterable[PoolSpec],
+        ledger: BudgetLedger,
+        *,
+        new_name: Callable[[str], str],
+        config: CoreConfig | None = None,
+        start: float = 0.0,
+    ) -> None:
+        self.config = config = config or CoreConfig()
+        self.specs = {p.name: p for p in pools}
+        self.tracker = Tracker(self.specs.values(), max_gpus_per_caller=config.max_gpus_per_caller)
+        self.ledger = ledger
+        self.new_name = new_name
+        self.queued: dict[str, _Queued] = {}
+        self.running: dict[str, Live] = {}
+        self.elastic: ElasticJobs | None = None
+        if config.elastic is not None:
+            self.elastic = ElasticJobs(
+                self.specs, config.elastic, make_policy(config.elastic.policy), start=start
+            )
+        self.injected = 0  # failures delivered to a launched attempt (experiments)
+        self.passes_skipped = 0
+        self.claims_skipped = 0
+        self._check = config.check_skips
+        names = list(self.specs)
+        self._gen = dict.fromkeys(names, 0)  # any change to a pool's pods
+        self._queue_gen = dict.fromkeys(names, 0)
+        self._fresh_gen = dict.fromkeys(names, 0)  # a never-used pod may have appeared
+        self._caller_gen: dict[tuple[str, str], int] = {}  # a caller's pods were released
+        self._quiet: dict[str, tuple[int, int, int | None, float]] = {}
+        self._no_capacity: dict[str, tuple[tuple[int, int, int], Wait]] = {}
+        self._gpu_pools = frozenset(p.name for p in self.specs.values() if p.is_gpu)
+
+    # ------------------------------------------------------------------ the queue
+
+    def submit(self, ticket: Ticket, now: float) -> list[Action]:
+        """A job is QUEUED in the store (new, or re-read by a driver's resync)."""
+        job = ticket.job
+        if job in self.running:
+            return []
+        spec = ticket.spec
+        self.queued[job] = _Queued(ticket, _entry(ticket, spec.pods))
+        pool_gen = self._queue_gen
+        if spec.pool in pool_gen:
+            pool_gen[spec.pool] += 1
+        if spec.kind is _ELASTIC and self.elastic is not None:
+            self.elastic.submit(ticket, now)
+        return [DISPATCH]
+
+    def resync(self, tickets: Iterable[Ticket], now: float) -> list[Action]:
+        """The store's queue, re-read by the driver's fallback tick: it replaces the core's
+        (a job cancelled or finished elsewhere leaves it; one missed is added)."""
+        fresh = {t.job: t for t in tickets if t.job not in self.running}
+        for job in [j for j in self.queued if j not in fresh]:
+            self._dequeue(job)
+        actions: list[Action] = []
+        for job, ticket in fresh.items():
+            if job not in self.queued:
+                actions += self.submit(ticket, now)
+        return actions or [DISPATCH]
+
+    def cancel(self, job: str, now: float, *, terminal: bool) -> list[Action]:
+        """A cancel request; `terminal` when the store already ended the job (it was queued)."""
+        actions: list[Action] = []
+        if job in self.running:
+            actions.append(StopAttempt(job, StopMode.CANCEL))
+        elif terminal:
+            self._dequeue(job)
+        if self.elastic is not None:
+            actions += self._elastic(self.elastic.cancelled(job, now))
+        return actions
+
+    def _dequeue(self, job: str) -> _Queued | None:
+        queued = self.queued.pop(job, None)
+        if queued is not None:
+            self._no_capacity.pop(job, None)
+            pool = queued.ticket.spec.pool
+            if pool in self._queue_gen:
+                self._queue_gen[pool] += 1
+        return queued
+
+    # ------------------------------------------------------------------ dispatch
+
+    def dispatch(self, now: float) -> list[Action]:
+        """One pass over the queue in priority order: StartAttempt for each job that claimed
+        its full pod set, Reconcile for each pool where a job found no capacity."""
+        actions: list[Action] = []
+        todo: list[QueuedJob] = []
+        skipped: list[Wait] = []
+        known = self._no_capacity
+        elastic = self.elastic
+        for job, queued in list(self.queued.items()):
+            spec = queued.ticket.spec
+            if spec.pool not in self.specs:
+                actions += self._fail_queued(
+                    job,
+                    ErrorCode.UNKNOWN_POOL,
+                    f"pool {spec.pool!r} is not in this broker's catalog",
+                    now,
+                )
+                continue
+            entry = queued.entry
+            if spec.kind is _ELASTIC:
+                if elastic is None:
+                    actions += self._fail_queued(
+                        job, ErrorCode.UNSCHEDULABLE, "this broker runs no round policy", now
+                    )
+                    continue
+                elastic.submit(queued.ticket, now)  # a no-op unless it was missed
+                world = elastic.world(job)
+                if world is None:
+                    continue  # waits for a round to size it
+                if entry.request.pods != world:
+                    entry = queued.entry = _entry(queued.ticket, world)
+            seen = known.get(job)
+            if seen is not None and seen[0] == self._claim_inputs(entry.request):
+                skipped.append(seen[1])
+                self.claims_skipped += 1
+                if not self._check:
+                    continue
+            todo.append(entry)
+        result = dispatch_pass(self.tracker, todo, now)
+        if self._check:
+            placed = {lease.job for lease in result.leases}
+            wrong = [w.job for w in skipped if w.job in placed]
+            if wrong:
+                raise AssertionError(f"skipped claims that would have succeeded: {wrong}")
+            skipped = []
+        queue = self.queued
+        for w in result.waiting:
+            if w.reason is _NO_CAPACITY:
+                known[w.job] = (self._claim_inputs(queue[w.job].entry.request), w)
+        for lease in result.leases:
+            actions.append(self._claimed(lease))
+        waiting = result.waiting
+        if skipped:
+            waiting = waiting + skipped
+            if len(self.specs) > 1:  # the wake-up order below follows the queue order
+                waiting.sort(key=lambda w: queue[w.job].entry.order_key)
+        # An ordered set: the wake-up order must not depend on string hashing.
+        pools = dict.fromkeys(
+            queue[w.job].ticket.spec.pool for w in waiting if w.reason is _NO_CAPACITY
+        )
+        actions += [Reconcile(pool) for pool in pools]
+        return actions
+
+    def _claim_inputs(self, req: ClaimRequest) -> tuple[int, int, int]:
+        """Generations of what a failed claim of `req` could change with (see the module)."""
+        pool = req.pool
+        if pool in self._gpu_pools:
+            return (self._gen[pool], -1, req.pods)
+        return (self._fresh_gen[pool], self._caller_gen.get((pool, req.caller), 0), req.pods)
+
+    def _claimed(self, lease: Lease) -> StartAttempt:
+        queued = self.queued.pop(lease.job)
+        self._no_capacity.pop(lease.job, None)
+        pool = lease.pool
+        self._gen[pool] += 1
+        self._queue_gen[pool] += 1
+        ticket = queued.ticket
+        self.running[lease.job] = Live(ticket, lease, ungated=lease.launchable)
+        if ticket.spec.kind is _ELASTIC and self.elastic is not None:
+            self.elastic.dispatched(lease.job, ticket.attempt)
+        return StartAttempt(ticket, lease)
+
+    def committed(self, job: str, now: float) -> list[Action]:
+        """The RUNNING transition is durable: launch now, or when the GPU gate passes."""
+        live = self.running.get(job)
+        if live is None or live.committed:
+            return []
+        live.committed = True
+        return self._launch_if_ready(live)
+
+    def commit_lost(self, job: str, now: float) -> list[Action]:
+        """The commit lost a race (a cancel, another broker): the pods go back as they were;
+        the store has the job's truth, and the driver re-reads it."""
+        live = self.running.pop(job, None)
+        if live is None:
+            return []
+        promoted = self.tracker.unclaim(job)
+        pool, caller = live.lease.pool, live.ticket.caller
+        self._gen[pool] += 1
+        self._fresh_gen[pool] += 1
+        self._bump_caller(pool, caller)
+        if self.elastic is not None:
+            self.elastic.lost_race(job)
+        return [*self._promoted(promoted), DISPATCH]
+
+    def _launch_if_ready(self, live: Live) -> list[Action]:
+        if live.launched or not (live.committed and live.ungated):
+            return []
+        live.launched = True
+        mark = self.tracker.mark_running
+        for pod in live.lease.pods:
+            mark(pod.name)
+        self._gen[live.lease.pool] += 1
+        return [LaunchAttempt(live.ticket.job)]
+
+    def _promoted(self, promotions: Iterable[Promotion]) -> list[Action]:
+        actions: list[Action] = []
+        for promotion in promotions:
+            live = self.running.get(promotion.job)
+            if live is not None and promotion.job_launchable:
+                live.ungated = True
+                actions += self._launch_if_ready(live)
+        return actions
+
+    # ------------------------------------------------------------------ an attempt's end
+
+    def attempt_over(
+        self, job: str, end: AttemptEnd, unclean: Iterable[str], now: float
+    ) -> list[Action]:
+        """Every rank exited (or was stopped) and every pod's reset reported; `unclean` names
+        the pods whose reset could not be confirmed. Releases the pods (holds, retirements,
+        gate promotions) and judges the attempt."""
+        live = self.running.pop(job, None)
+        if live is None:
+            return []
+        released = self.tracker.release(job, now, unclean=list(unclean))
+        pool = live.lease.pool
+        self._gen[pool] += 1
+        self._bump_caller(pool, live.ticket.caller)
+        actions = self._released(released)
+        actions.append(RecordVerdict(live.ticket, self._judge(live.ticket, end)))
+        actions.append(Reconcile(pool))  # restage standbys, retire, refill floors
+        actions.append(DISPATCH)
+        return actions
+
+    def _judge(self, ticket: Ticket, end: AttemptEnd) -> Verdict:
+        if ticket.spec.kind is _ELASTIC and self.elastic is not None:
+            return self.elastic.judge(ticket, end)
+        return judge(end, ticket.retries, ticket.spec.max_retries)
+
+    def _released(self, released: ReleaseResult) -> list[Action]:
+        actions: list[Action] = [HoldPod(pod, until) for pod, until in released.held]
+        actions += [DeletePod(r.pod, r.reason) for r in released.retired]
+        actions += self._promoted(released.promoted)
+        return actions
+
+    def verdict_recorded(self, ticket: Ticket, state: JobState, now: float) -> list[Action]:
+        """The store holds the verdict: `ticket` as the store has the job now (a retry has
+        its new attempt number), `state` its state (a cancel may have won the race)."""
+        actions: list[Action] = []
+        elastic = self.elastic
+        if state is _QUEUED and not (ticket.spec.kind is _ELASTIC and elastic is not None):
+            actions += self.submit(ticket, now)
+        if ticket.spec.kind is _ELASTIC and elastic is not None:
+            if state is _QUEUED:
+                self.queued[ticket.job] = _Queued(ticket, _entry(ticket, ticket.spec.pods))
+                self._queue_gen[ticket.spec.pool] += 1
+            actions += self._elastic(elastic.exited(ticket, state, now))
+        return actions
+
+    # ------------------------------------------------------------------ pods
+
+    def reconcile(self, pool: str, now: float) -> list[Action]:
+        """The scaler's pass for one pool: creates (budget reserved first) and retirements."""
+        spec = self.specs[pool]
+        gen, queue_gen = self._gen[pool], self._queue_gen[pool]
+        headroom = self.ledger.headroom(spec.budget_resource)
+        quiet = self._quiet.get(pool)
+        skipped = (
+            quiet is not None
+            and quiet[0] == gen
+            and quiet[1] == queue_gen
+            and quiet[2] == headroom
+            and now < quiet[3]
+        )
+        if skipped:
+            self.passes_skipped += 1
+            if not self._check:
+                return []
+        tracker = self.tracker
+        scale = plan(
+            spec,
+            tracker.pool_pods(pool),
+            tracker.pool_groups(pool) if spec.is_gpu else (),  # CPU plans read no groups
+            self._demand(pool),
+            now,
+            config=self.config.scaler,
+            headroom_units=headroom,
+        )
+        if scale.empty:
+            self._quiet[pool] = (gen, queue_gen, headroom, scale.stable_until)
+            return []
+        if skipped:
+            raise AssertionError(f"skipped a scaler pass of {pool} whose plan was not empty")
+        self._quiet.pop(pool, None)
+        self._gen[pool] += 1
+        actions: list[Action] = []
+        for order in admit(scale, spec, self.ledger, lambda: self.new_name(pool)):
+            tracker.add_pod(
+                order.pod,
+                pool,
+                now,
+                role=order.role,
+                group=order.group,
+                single_use=order.single_use,
+                image=order.image,
+            )
+            actions.append(CreatePod(order, self._peer(order.group, order.pod)))
+        for retired in scale.retire:
+            if tracker.retire(retired.pod, retired.reason):
+                actions.append(DeletePod(retired.pod, retired.reason))
+        return actions
+
+    def _demand(self, pool: str) -> list[QueuedDemand]:
+        """Queued jobs of the pool as the scaler counts them; an elastic job counts once a
+        round has sized it (at its world size), not before."""
+        demand: list[QueuedDemand] = []
+        elastic = self.elastic
+        for queued in self.queued.values():
+            ticket = queued.ticket
+            spec = ticket.spec
+            if spec.pool != pool:
+                continue
+            pods = spec.pods
+            if spec.kind is _ELASTIC:
+                world = elastic.world(ticket.job) if elastic is not None else None
+                if world is None:
+                    continue
+                pods = world
+            demand.append(QueuedDemand(ticket.caller, pods, spec.single_use, spec.image))
+        return demand
+
+    def _peer(self, group: str | None, pod: str) -> str | None:
+        """A live pod on the standby's card, whose devices the new standby is pinned to. The
+        group keeps the name of the pod that founded it, which may be long gone."""
+        if group is None:
+            return None
+        for member in self.tracker.group_members(group):
+            if member.name != pod and member.state is not _RETIRING:
+                return member.name
+        return None
+
+    def pod_ready(self, name: str, now: float) -> list[Action]:
+        pod = self.tracker.get(name)
+        if pod is None:
+            return []
+        if pod.state is not _STARTING:
+            reason = pod.retire_after or RetireReason.SCALE_DOWN
+            return [DeletePod(name, reason)] if pod.state is _RETIRING else []
+        self.tracker.pod_ready(name, now)
+        self._gen[pod.pool] += 1
+        self._fresh_gen[pod.pool] += 1
+        return [DISPATCH]
+
+    def pod_failed(self, name: str, now: float) -> list[Action]:
+        """The pod never became ready (or its backend gave up on it): it is never supply."""
+        pod = self.tracker.get(name)
+        if pod is not None and self.tracker.retire(name, RetireReason.POD_FAILED):
+            self._gen[pod.pool] += 1
+        return [DeletePod(name, RetireReason.POD_FAILED)]
+
+    def pod_deleted(self, name: str, now: float) -> list[Action]:
+        """The backend confirmed the pod is gone: release its budget, pass its gate on. A
+        deletion wakes nobody: the dispatcher's fallback tick finds the waiting jobs, and
+        their NO_CAPACITY wait wakes the scaler."""
+        pod = self.tracker.get(name)
+        freed, promoted = self.tracker.pod_deleted(name)
+        if pod is not None:
+            self._gen[pod.pool] += 1
+        if freed is not None:
+            self.ledger.release(freed)
+        return self._promoted(promoted)
+
+    def tick(self, now: float) -> list[Action]:
+        """Time passed: retire every pod whose owner hold ran out."""
+        retired = self.tracker.expire_holds(now)
+        return self._retire_expired(retired)
+
+    def _retire_expired(self, retired: list[Retired]) -> list[Action]:
+        actions: list[Action] = []
+        for r in retired:
+            pod = self.tracker.get(r.pod)
+            if pod is not None:
+                self._gen[pod.pool] += 1
+            actions.append(DeletePod(r.pod, r.reason))
+        return actions
+
+    def retire_after(self, pod: str) -> RetireReason | None:
+        """What a busy pod retires after (a recycled pod: its session boundary), for the
+        annotations a restarted broker trusts."""
+        tracked = self.tracker.get(pod)
+        return tracked.retire_after if tracked is not None else None
+
+    def _bump_caller(self, pool: str, caller: str) -> None:
+        key = (pool, caller)
+        self._caller_gen[key] = self._caller_gen.get(key, 0) + 1
+
+    # ------------------------------------------------------------------ elastic rounds
+
+    def round_due(self, now: float) -> bool:
+        return self.elastic is not None and self.elastic.round_due(now)
+
+    def round(self, now: float) -> list[Action]:
+        """Run an elastic round if one is due."""
+        if self.elastic is None:
+            return []
+        step = self.elastic.round(now)
+        return [] if step is None else self._elastic(step)
+
+    def _elastic(self, step: ElasticStep) -> list[Action]:
+        actions: list[Action] = [
+            StopAttempt(job, StopMode.GRACEFUL) for job in step.stop if job in self.running
+        ]
+        for job, reason in step.unschedulable:
+            if job in self.queued:
+                actions += self._fail_queued(
+                    job,
+                    ErrorCode.UNSCHEDULABLE,
+                    f"no size of this elastic job can run here: {reason}",
+                    None,
+                )
+        for failure in step.failures:
+            live = self.running.get(failure.job_id)
+            elastic = self.elastic
+            if (
+                live is not None
+                and elastic is not None
+                and elastic.live_attempt(failure.job_id) == failure.attempt
+            ):
+                actions.append(InjectFailure(failure.job_id, live.ticket.attempt, failure.at))
+        if step.dispatch:
+            actions.append(DISPATCH)
+        return actions
+
+    def failure_due(self, job: str, attempt: str) -> list[Action]:
+        """An injected failure's time came: kill the attempt if it is still the live one and
+        was launched (a failure drawn before the launch is not delivered)."""
+        live = self.running.get(job)
+        if live is None or live.ticket.attempt != attempt or not live.launched:
+            return []
+        self.injected += 1
+        return [StopAttempt(job, StopMode.KILL)]
+
+    def _fail_queued(
+        self, job: str, error: ErrorCode, message: str, now: float | None
+    ) -> list[Action]:
+        self._dequeue(job)
+        actions: list[Action] = [FailQueued(job, error, message)]
+        if self.elastic is not None and now is not None:
+            actions += self._elastic(self.elastic.cancelled(job, now))
+        return actions
+
+    # ------------------------------------------------------------------ recovery
+
+    def restore_pod(self, snap: PodSnapshot) -> None:
+        """A pod a restarted broker found alive: back into the tracker with its hold, and its
+        budget reserved again (an active pod and its standbys reserve once, as at create)."""
+        spec = self.specs[snap.pool]
+        self.tracker.restore(snap)
+        holder = snap.group if spec.is_gpu else snap.name
+        if snap.role is PodRole.ACTIVE and holder and not self.ledger.holds(holder):
+            self.ledger.try_reserve(spec.budget_resource, holder, spec.units_per_pod)
+        self._gen[snap.pool] += 1
+        self._fresh_gen[snap.pool] += 1
+
+    def adopt(self, ticket: Ticket, lease: Lease) -> None:
+        """A RUNNING job whose attempt a restarted broker re-attached: committed, launched."""
+        self.running[ticket.job] = Live(ticket, lease, committed=True, ungated=True,
+                                        launched=True)
+
+    def recovery_lost(self, ticket: Ticket, now: float) -> list[Action]:
+        """A RUNNING job whose attempt cannot be confirmed after a restart: its pods (if any
+        are left) are released as unclean, and the attempt is judged lost, so the retry
+        respects `max_retries` like any other failure."""
+        actions: list[Action] = []
+        if self.tracker.job_pods(ticket.job):
+            released = self.tracker.release(
+                ticket.job, now, unclean=list(self.tracker.job_pods(ticket.job))
+            )
+            pool = ticket.spec.pool
+            if pool in self._gen:
+                self._gen[pool] += 1
+            actions += self._released(released)
+        verdict = judge(
+            AttemptEnd(pod_lost=True, message="its attempt was lost while the broker was down"),
+            ticket.retries,
+            ticket.spec.max_retries,
+        )
+        actions.append(RecordVerdict(ticket, verdict))
+        return actions
+
+
+def _entry(ticket: Ticket, pods: int) -> QueuedJob:
+    spec = ticket.spec
+    submitted = ticket.submitted_at
+    return QueuedJob(
+        ClaimRequest(
+            job=ticket.job,
+            caller=ticket.caller,
+            pool=spec.pool,
+            queue=spec.queue,
+            tag=spec.lease_tag,
+            pods=pods,
+            single_use=spec.single_use,
+            image=spec.image,
+            image_pinned=spec.image_is_pinned,
+            queued_at=submitted,
+        ),
+        priority=spec.priority,
+        submitted_at=submitted,
+    )

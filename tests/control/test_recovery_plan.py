@@ -1,0 +1,155 @@
+"""Restart recovery as a pure plan: the annotation codec and the paper's recovery order."""
+
+from __future__ import annotations
+
+from firepool.control import pod_annotations
+from firepool.control.actions import DeletePod, RecordVerdict
+from firepool.control.admission import CreateOrder
+from firepool.control.budgets import BudgetLedger
+from firepool.control.core import BrokerCore
+from firepool.control.records import PodSnapshot, Retired, RetireReason, Ticket
+from firepool.control.recovery import Binding, ListedPod, RunningJob, plan_recovery
+from firepool.control.tracker import Tracker
+from firepool.model import (
+    AcquisitionPath,
+    ErrorCode,
+    JobSpec,
+    JobState,
+    PodRole,
+    PodState,
+    PoolSpec,
+)
+
+CPU = PoolSpec(name="cpu", idle_timeout=100)
+GPU = PoolSpec(name="gpu", accelerator="H200", accelerators_per_pod=1, standbys_per_active=1)
+SPECS = {"cpu": CPU, "gpu": GPU}
+
+
+def snap(name: str, gpu: bool = False, **annotations: str) -> PodSnapshot | None:
+    return pod_annotations.decode(
+        name, "gpu" if gpu else "cpu", created_at=1.0, role=PodRole.ACTIVE, template=1,
+        annotations=annotations, gpu=gpu,
+    )  # fmt: skip
+
+
+def listed(
+    name: str,
+    pool: str = "cpu",
+    role: PodRole = PodRole.ACTIVE,
+    alive: bool = True,
+    **annotations: str,
+) -> ListedPod:
+    return ListedPod(name, pool, role, 1.0, 1, annotations, alive)
+
+
+def running_job(job: str, *pods: str, retries: int = 0, max_retries: int = 0) -> RunningJob:
+    spec = JobSpec(pool="cpu", command=["x"], max_retries=max_retries)
+    return RunningJob(
+        Ticket(job, "alice", spec, 0.0, retries),
+        tuple(Binding(p, AcquisitionPath.WARM, "same_session") for p in pods),
+    )
+
+
+def test_a_recycled_pod_still_retires_after_its_job_across_a_restart() -> None:
+    restored = snap(
+        "p", state="running", job="j", owner="alice", queue="default", tag="b", used="1",
+        retire_after="session_boundary",
+    )  # fmt: skip
+    assert restored is not None and restored.retire_after is RetireReason.SESSION_BOUNDARY
+    tracker = Tracker([CPU])
+    tracker.restore(restored)
+    assert tracker.release("j", 5.0).retired == [Retired("p", RetireReason.SESSION_BOUNDARY)]
+
+
+def test_holds_are_restored_and_unready_pods_are_not_trusted() -> None:
+    held = snap("h", state="held", owner="alice", queue="q", tag="t", used="1", hold_until="50.0")
+    assert held is not None
+    assert (held.state, held.owner, held.hold_until, held.job) == (
+        PodState.HELD, "alice", 50.0, None,
+    )  # fmt: skip
+    assert snap("s", state="starting") is None
+    assert snap("x") is None
+    assert snap("bad", state="held", hold_until="soon") is None
+    gpu = snap("g", gpu=True, state="idle")
+    assert gpu is not None and gpu.group == "g"
+
+
+def test_the_codec_round_trips_what_the_broker_writes() -> None:
+    order = CreateOrder(
+        "p",
+        "gpu",
+        PodRole.ACTIVE,
+        "grp",
+        "grp",
+        single_use=False,
+        image="reg/img@sha256:" + "a" * 64,
+    )
+    ann = pod_annotations.starting(order)
+    ticket = Ticket("j", "bob", JobSpec(pool="gpu", command=["x"], queue="q", lease_tag="t"), 0)
+    for changes in (pod_annotations.running(ticket, RetireReason.SESSION_BOUNDARY),):
+        ann.update({k: v for k, v in changes.items() if v is not None})
+    decoded = snap("p", gpu=True, **ann)
+    assert decoded is not None
+    assert (decoded.state, decoded.job, decoded.owner, decoded.queue, decoded.tag) == (
+        PodState.RUNNING, "j", "bob", "q", "t",
+    )  # fmt: skip
+    assert decoded.group == "grp" and decoded.image == order.image  # custom images come back
+    assert decoded.retire_after is RetireReason.SESSION_BOUNDARY
+    ann.update({k: v for k, v in pod_annotations.held(42.5).items() if v is not None})
+    ann.pop("job")
+    held = snap("p", gpu=True, **ann)
+    assert held is not None and (held.state, held.hold_until, held.job) == (
+        PodState.HELD,
+        42.5,
+        None,
+    )
+
+
+def test_the_plan_restores_trusted_pods_and_deletes_the_rest() -> None:
+    pods = [
+        listed("idle", state="idle"),
+        listed("dead", alive=False, state="idle"),
+        listed("other-pool", pool="nowhere", state="idle"),
+        listed("never-ready", state="starting"),
+        listed("busy", state="running", job="j1", owner="alice", used="1"),
+        listed("orphan", state="running", job="gone", owner="alice", used="1"),
+    ]
+    plan = plan_recovery(pods, [running_job("j1", "busy")], SPECS)
+    assert [s.name for s in plan.restore] == ["busy", "idle"]
+    assert sorted(plan.delete) == ["dead", "never-ready", "orphan", "other-pool"]
+    assert [j.ticket.job for j in plan.probe] == ["j1"] and plan.lost == []
+
+
+def test_standbys_follow_their_active_pod_or_go() -> None:
+    pods = [
+        listed("sb", pool="gpu", role=PodRole.STANDBY, state="idle", group="a"),
+        listed("a", pool="gpu", state="idle", group="a"),
+        listed("lonely", pool="gpu", role=PodRole.STANDBY, state="idle", group="b"),
+    ]
+    plan = plan_recovery(pods, [], SPECS)
+    assert [s.name for s in plan.restore] == ["a", "sb"]  # the active pod first
+    assert plan.delete == ["lonely"]
+
+
+def test_a_job_whose_pods_are_gone_or_not_all_busy_with_it_is_lost() -> None:
+    pods = [
+        listed("p1", state="running", job="j", owner="alice", used="1"),
+        listed("p2", state="idle"),
+    ]
+    plan = plan_recovery(pods, [running_job("j", "p1", "p2"), running_job("k", "vanished")], SPECS)
+    assert sorted(j.ticket.job for j in plan.lost) == ["j", "k"] and plan.probe == []
+
+
+def test_a_lost_attempt_is_judged_like_any_lost_pod_and_respects_max_retries() -> None:
+    core = BrokerCore([CPU], BudgetLedger(), new_name=lambda pool: "x", config=None)
+    core.restore_pod(
+        PodSnapshot("p1", "cpu", PodState.RUNNING, 1.0, owner="alice", job="j", used=True)
+    )
+    last = running_job("j", "p1", retries=1, max_retries=1)
+    actions = core.recovery_lost(last.ticket, 10.0)
+    verdicts = [a.verdict for a in actions if isinstance(a, RecordVerdict)]
+    assert [(v.state, v.error_class) for v in verdicts] == [(JobState.FAILED, ErrorCode.POD_LOST)]
+    assert actions[0] == DeletePod("p1", RetireReason.UNCLEAN_RESET)  # released unclean
+    retry = running_job("k", retries=0, max_retries=2)
+    (record,) = core.recovery_lost(retry.ticket, 10.0)
+    assert isinstance(record, RecordVerdict) and record.verdict.state is JobState.QUEUED

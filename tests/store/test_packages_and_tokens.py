@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-from firepool.store import SqlJobStore
+from firepool.store import JobStore
 from firepool.store.tokens import hash_token, new_token
 
 DIGEST = "sha256:" + "ab" * 32
 
 
-def test_packages_keep_their_first_record(store: SqlJobStore) -> None:
+def test_packages_keep_their_first_record(store: JobStore) -> None:
     assert store.get_package(DIGEST) is None
     first = store.add_package(DIGEST, 123, caller="alice", now=1.0)
     again = store.add_package(DIGEST, 123, caller="bob", now=2.0)
@@ -15,7 +15,7 @@ def test_packages_keep_their_first_record(store: SqlJobStore) -> None:
     assert (first.size, first.uploaded_by) == (123, "alice")
 
 
-def test_tokens_are_stored_hashed_and_revocable(store: SqlJobStore) -> None:
+def test_tokens_are_stored_hashed_and_revocable(store: JobStore) -> None:
     token = new_token()
     digest = hash_token(token)
     store.add_token("alice", digest, now=1.0)

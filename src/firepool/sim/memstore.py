@@ -28,6 +28,7 @@ from firepool.store.records import (
     PackageRecord,
     PodBinding,
     Submitted,
+    check_transition,
     timings,
 )
 
@@ -107,9 +108,17 @@ class MemStore:
         pool: str | None = None,
         queue: str | None = None,
         limit: int = 100,
+        after: str | None = None,
     ) -> list[JobRecord]:
         out: list[JobRecord] = []
-        for job in self._jobs.values():  # insertion order is submission order
+        rows = iter(self._jobs.values())  # insertion order is submission order
+        if after is not None:
+            if after not in self._jobs:
+                return []  # an unknown cursor yields nothing, as in the SQL store
+            for job in rows:
+                if job.id == after:
+                    break
+        for job in rows:
             if caller is not None and job.caller != caller:
                 continue
             if states and job.state not in states:
@@ -128,13 +137,19 @@ class MemStore:
         if row is None:
             raise NotFoundError(f"job {job.id} not found", field="job")
         if row.version != job.version:
-            raise LostRaceError(f"job {job.id} moved on (version {row.version})", field="job")
+            raise LostRaceError(
+                f"job {job.id} changed under this write: expected version {job.version}, "
+                f"found version {row.version} in state {row.state}",
+                field="version",
+            )
         return row
 
     def start(self, job: JobRecord, bindings: Sequence[PodBinding], *, now: float) -> JobRecord:
+        check_transition(job, JobState.RUNNING)
         row = self._current(job)
-        if row.state is not JobState.QUEUED:
-            raise LostRaceError(f"job {job.id} is {row.state}, not queued", field="job")
+        pool = row.spec.pool
+        bindings = [b if b.pool else PodBinding(b.rank, b.pod, b.acquisition, b.reason, pool)
+                    for b in bindings]
         new = _job(
             row,
             state=JobState.RUNNING,
@@ -184,9 +199,10 @@ class MemStore:
         error_class: ErrorCode | None = None,
         message: str | None = None,
     ) -> JobRecord:
-        row = self._current(job)
         if not state.terminal:
             raise InvalidTransitionError(f"{state.value} is not a terminal state", field="state")
+        check_transition(job, state)
+        row = self._current(job)
         new = _job(
             row,
             state=state,
@@ -203,16 +219,16 @@ class MemStore:
     def requeue(
         self, job: JobRecord, *, now: float, error_class: ErrorCode | None = None
     ) -> JobRecord:
+        check_transition(job, JobState.QUEUED)
         row = self._current(job)
-        if row.state is not JobState.RUNNING:
-            raise LostRaceError(f"job {job.id} is {row.state}, not running", field="job")
         self._close_attempt(row, JobState.FAILED, now, None, error_class)
         new = _job(
             row,
             state=JobState.QUEUED,
             version=row.version + 1,
             retries=row.retries + 1,
-            error_class=error_class,
+            timings=timings(submitted=row.timings.get("submitted")),
+            pods=(),
         )
         self._jobs[job.id] = new
         return new
@@ -221,8 +237,8 @@ class MemStore:
         row = self._jobs.get(job_id)
         if row is None:
             raise NotFoundError(f"job {job_id} not found", field="job")
-        if row.state.terminal:
-            return row
+        if row.state.terminal or (row.state is JobState.RUNNING and row.cancel_requested):
+            return row  # a repeated cancel changes nothing
         if row.state is JobState.RUNNING:
             new = _job(row, cancel_requested=True, version=row.version + 1)
         else:

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from firepool.model import AcquisitionPath, ErrorCode, JobSpec, JobState, attempt_id
+from firepool.model import (
+    JOB_TRANSITIONS,
+    AcquisitionPath,
+    ErrorCode,
+    InvalidTransitionError,
+    JobSpec,
+    JobState,
+    attempt_id,
+)
 
 #: The timing names a job carries, in the order a job passes them.
 TIMING_NAMES = ("submitted", "assigned", "started", "first_instruction", "finished")
@@ -87,3 +95,13 @@ class PackageRecord:
     size: int
     created_at: float
     uploaded_by: str
+
+
+def check_transition(job: JobRecord, to: JobState) -> None:
+    """Refuse an illegal job transition before anything is written (every store, one table:
+    `model.JOB_TRANSITIONS`)."""
+    if to not in JOB_TRANSITIONS[job.state]:
+        raise InvalidTransitionError(
+            f"job {job.id}: {job.state.value} -> {to.value} is not a legal transition",
+            field="state",
+        )

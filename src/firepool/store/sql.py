@@ -22,7 +22,6 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from firepool.model import (
-    JOB_TRANSITIONS,
     ConflictError,
     ErrorCode,
     FirepoolError,
@@ -41,6 +40,7 @@ from firepool.store.records import (
     JobRecord,
     PodBinding,
     Submitted,
+    check_transition,
     timings,
 )
 from firepool.store.rows import binding_from_row, error_code, job_from_row
@@ -122,14 +122,6 @@ class SqlJobStore(AccountsMixin):
             f"found version {row.version} in state {row.state}",
             field="version",
         )
-
-    @staticmethod
-    def _check_transition(job: JobRecord, to: JobState) -> None:
-        if to not in JOB_TRANSITIONS[job.state]:
-            raise InvalidTransitionError(
-                f"job {job.id}: {job.state.value} -> {to.value} is not a legal transition",
-                field="state",
-            )
 
     def _cas(self, conn: sa.Connection, job: JobRecord, **values: Any) -> None:
         """The conditional UPDATE every transition starts with."""
@@ -262,7 +254,7 @@ class SqlJobStore(AccountsMixin):
         return found
 
     def start(self, job: JobRecord, bindings: Sequence[PodBinding], *, now: float) -> JobRecord:
-        self._check_transition(job, JobState.RUNNING)
+        check_transition(job, JobState.RUNNING)
         pods = tuple(replace(b, pool=b.pool or job.spec.pool) for b in bindings)
         item = _Start(job, pods, now)
         self._committer.run(BulkWrite("start", item, self._start_many))
@@ -363,7 +355,7 @@ class SqlJobStore(AccountsMixin):
     ) -> JobRecord:
         if not state.terminal:
             raise InvalidTransitionError(f"{state.value} is not a terminal state", field="state")
-        self._check_transition(job, state)
+        check_transition(job, state)
         error = error_class.value if error_class is not None else None
         had_attempt = job.state == JobState.RUNNING
 
@@ -401,11 +393,7 @@ class SqlJobStore(AccountsMixin):
     def requeue(
         self, job: JobRecord, *, now: float, error_class: ErrorCode | None = None
     ) -> JobRecord:
-        if job.state != JobState.RUNNING:
-            raise InvalidTransitionError(
-                f"job {job.id}: only a RUNNING job can be re-queued, not {job.state.value}",
-                field="state",
-            )
+        check_transition(job, JobState.QUEUED)
         error = error_class.value if error_class is not None else None
 
         def write(tx: Tx) -> None:

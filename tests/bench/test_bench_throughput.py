@@ -29,4 +29,5 @@ def test_throughput_benchmark_counts_what_the_store_shows(tmp_path: Path) -> Non
     assert r["warm_start_ms_p50"] <= r["latency_ms_p50"]
     assert r["dispatch_ms_p50"] <= r["warm_start_ms_p50"]
     assert r["broker_cpu_s"] > 0
+    assert r["pods_cpu_ms_per_job"] > 0  # the pods' processes were found and measured
     assert math.isclose(r["broker_cpu_ms_per_job"], r["broker_cpu_s"] * 1000 / r["jobs"])

@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import resource
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -130,6 +131,26 @@ class _Finished:
     timings: dict[str, float | None]
 
 
+@dataclass(frozen=True)
+class _Cpu:
+    """CPU seconds so far of the broker process, its pods (with their jobs), the callers."""
+
+    broker: float
+    pods: float
+    callers: float
+
+    @classmethod
+    def now(cls, broker_pid: int) -> _Cpu:
+        return cls(
+            _cpu_seconds(broker_pid), _descendants_cpu_seconds(broker_pid), _self_cpu_seconds()
+        )
+
+    def minus(self, other: _Cpu) -> _Cpu:
+        return _Cpu(
+            self.broker - other.broker, self.pods - other.pods, self.callers - other.callers
+        )
+
+
 @dataclass
 class _Tally:
     finished: list[_Finished] = field(default_factory=list)
@@ -183,7 +204,7 @@ async def _drive(
     warmup: float,
     seconds: float,
     pid: int,
-) -> tuple[_Tally, float, float, float]:
+) -> tuple[_Tally, float, float, _Cpu]:
     """Warm up, then time `seconds`; returns the tally, the window and the broker's CPU in it."""
     await _wait_pods_idle(url, tokens[0], pods, timeout=300.0)
     tally = _Tally()
@@ -194,21 +215,58 @@ async def _drive(
     ]
     await asyncio.sleep(warmup)
     began = time.time()
-    cpu_before = _cpu_seconds(pid)
+    before = _Cpu.now(pid)
     await asyncio.sleep(max(0.0, stop_at - time.time()))
     ended = time.time()
-    cpu = _cpu_seconds(pid) - cpu_before
+    cpu = _Cpu.now(pid).minus(before)
     await asyncio.gather(*tasks)  # the jobs in flight finish; they fall outside the window
     return tally, began, ended, cpu
 
 
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (field 3 onwards), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU of one process so far, its children excluded (Linux /proc)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+    fields = _stat(pid)
+    if fields is None:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _descendants_cpu_seconds(pid: int) -> float:
+    """CPU of every live descendant of `pid` (the pods: agents and warm interpreters), each
+    with its reaped children (the jobs, which a warm interpreter forks and reaps)."""
+    parent: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat(int(entry))
+        if fields is None:
+            continue
+        parent[int(entry)] = int(fields[1])
+        ticks[int(entry)] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    children: dict[int, list[int]] = {}
+    for child, ppid in parent.items():
+        children.setdefault(ppid, []).append(child)
+    total, stack = 0, list(children.get(pid, ()))
+    while stack:
+        p = stack.pop()
+        total += ticks.get(p, 0)
+        stack.extend(children.get(p, ()))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _self_cpu_seconds() -> float:
+    """This process's CPU (the callers), its threads included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _loadavg() -> float:
@@ -299,8 +357,12 @@ def run_once(
         "latency_ms_p99": percentile(latency, 99),
         "dispatch_ms_p50": percentile(queued, 50),
         "handoff_ms_p50": percentile(handoff, 50),
-        "broker_cpu_s": cpu,
-        "broker_cpu_ms_per_job": cpu / jobs * ms if jobs else float("nan"),
+        "broker_cpu_s": cpu.broker,
+        "broker_cpu_ms_per_job": cpu.broker / jobs * ms if jobs else float("nan"),
+        # Where the rest of the machine's CPU went over the window: the pods (agents, warm
+        # interpreters and the jobs they forked) and this process (the callers' SDK clients).
+        "pods_cpu_ms_per_job": cpu.pods / jobs * ms if jobs else float("nan"),
+        "callers_cpu_ms_per_job": cpu.callers / jobs * ms if jobs else float("nan"),
         "loadavg_before": load_before,
         "loadavg_after": _loadavg(),
     }
@@ -368,6 +430,12 @@ def main(argv: list[str]) -> int:
             ("latency p50 (ms, submit -> terminal)", f"{r['latency_ms_p50']:.1f}", ""),
             ("latency p99 (ms)", f"{r['latency_ms_p99']:.1f}", ""),
             ("broker CPU per job (ms)", f"{r['broker_cpu_ms_per_job']:.2f}", ""),
+            (
+                "  pods' CPU per job (ms; agents, zygotes, jobs)",
+                f"{r['pods_cpu_ms_per_job']:.2f}",
+                "",
+            ),
+            ("  callers' CPU per job (ms; SDK clients)", f"{r['callers_cpu_ms_per_job']:.2f}", ""),
             (
                 "jobs (succeeded / warm / in store)",
                 f"{r['jobs']} ({r['succeeded']} / {r['warm_acquisitions']} / "

@@ -30,4 +30,7 @@ def test_throughput_benchmark_counts_what_the_store_shows(tmp_path: Path) -> Non
     assert r["dispatch_ms_p50"] <= r["warm_start_ms_p50"]
     assert r["broker_cpu_s"] > 0
     assert r["pods_cpu_ms_per_job"] > 0  # the pods' processes were found and measured
+    # The broker's own request counters saw the callers' polls and the pods' exit events.
+    assert r["polls_per_job"] > 0 and r["exit_events_per_job"] > 0
+    assert r["requests_per_job"] >= r["polls_per_job"] + r["exit_events_per_job"]
     assert math.isclose(r["broker_cpu_ms_per_job"], r["broker_cpu_s"] * 1000 / r["jobs"])

@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import multiprocessing
 import os
+import re
 import resource
 import tempfile
 import time
@@ -156,6 +158,8 @@ class _Tally:
     finished: list[_Finished] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     submitted: int = 0
+    #: HTTP requests the broker served in the window, by method and route template.
+    requests: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
 async def _caller(url: str, token: str, stop_at: float, tally: _Tally) -> None:
@@ -214,13 +218,35 @@ async def _drive(
         for i in range(callers)
     ]
     await asyncio.sleep(warmup)
+    requests_before = await _requests_by_route(url)
     began = time.time()
     before = _Cpu.now(pid)
     await asyncio.sleep(max(0.0, stop_at - time.time()))
     ended = time.time()
     cpu = _Cpu.now(pid).minus(before)
+    tally.requests = await _requests_by_route(url)
+    tally.requests.subtract(requests_before)
     await asyncio.gather(*tasks)  # the jobs in flight finish; they fall outside the window
     return tally, began, ended, cpu
+
+
+_REQUESTS = re.compile(
+    r'^firepool_http_requests_total\{method="(?P<method>[^"]*)",route="(?P<route>[^"]*)",'
+    r'status="[^"]*"\} (?P<count>\S+)$',
+    re.MULTILINE,
+)
+
+
+async def _requests_by_route(url: str) -> collections.Counter[str]:
+    """The broker's HTTP request counters (its /metrics), summed over statuses."""
+    import httpx
+
+    async with httpx.AsyncClient(base_url=url, timeout=30.0) as http:
+        text = (await http.get("/metrics")).raise_for_status().text
+    counts: collections.Counter[str] = collections.Counter()
+    for m in _REQUESTS.finditer(text):
+        counts[f"{m['method']} {m['route']}"] += int(float(m["count"]))
+    return counts
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -363,6 +389,13 @@ def run_once(
         # interpreters and the jobs they forked) and this process (the callers' SDK clients).
         "pods_cpu_ms_per_job": cpu.pods / jobs * ms if jobs else float("nan"),
         "callers_cpu_ms_per_job": cpu.callers / jobs * ms if jobs else float("nan"),
+        # What the broker's API served per job: the callers' submissions and polls (the SDK's
+        # `wait`), and the pods' exit events.
+        "requests_per_job": sum(tally.requests.values()) / jobs if jobs else float("nan"),
+        "polls_per_job": tally.requests["GET /v1/jobs/{job_id}"] / jobs if jobs else float("nan"),
+        "exit_events_per_job": (
+            tally.requests["POST /internal/v1/events"] / jobs if jobs else float("nan")
+        ),
         "loadavg_before": load_before,
         "loadavg_after": _loadavg(),
     }
@@ -440,6 +473,12 @@ def main(argv: list[str]) -> int:
                 "jobs (succeeded / warm / in store)",
                 f"{r['jobs']} ({r['succeeded']} / {r['warm_acquisitions']} / "
                 f"{r['store_jobs_in_window']})",
+                "",
+            ),
+            (
+                "API requests per job (polls / exit events)",
+                f"{r['requests_per_job']:.2f} ({r['polls_per_job']:.2f} / "
+                f"{r['exit_events_per_job']:.2f})",
                 "",
             ),
             ("caller errors", str(r["errors"]), "0"),

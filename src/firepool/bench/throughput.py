@@ -1,0 +1,488 @@
+"""`python -m firepool.bench throughput`: end-to-end jobs per second through the real broker.
+
+`python -m firepool.bench throughput [--pods 16] [--callers 32] [--seconds 20] [--json PATH]`
+
+The broker runs as `firepool serve` does (embedded: uvicorn on 127.0.0.1 port 0, SQLite or
+`--store URL`, real local process pods) in a child process of its own, so its CPU time can be
+read from /proc without the callers' share. This process is the callers: `--callers` asyncio
+tasks, each with its own token and SDK `AsyncClient`, each submitting `python -c pass` and
+waiting for it (`submit` + `wait`, as `client.run` does) back to back.
+
+The `cpu` pool has floor = ceiling = `--pods`, created before anything is timed. A used pod
+only ever serves its own caller again (owner-only reuse), so with more callers than pods the
+callers share `--identities` caller identities (default min(callers, pods)): every token is
+distinct, every identity keeps one warm pod, and callers of one identity queue for it as
+callers of one account would. Each identity then has a warm pod, and only queueing (no pod
+creation) sits between a submission and its start.
+
+After `--warmup` seconds of the same load (every identity's first job takes its pod there),
+jobs are counted for `--seconds`. The figures come from each job's recorded timings (the broker's
+clock, this machine's wall clock), over the jobs whose terminal state was committed in the
+window:
+- jobs_per_s: those jobs / window;
+- warm_start_ms: submitted -> first instruction (the process start, for `python -c pass`),
+  which includes any wait for the identity's pod;
+- latency_ms: submitted -> terminal state committed;
+- broker_cpu_ms_per_job: the broker process's own user + system CPU over the window (not its
+  pods', which are separate processes) / those jobs. It includes the callers' polls.
+The timings are read back from the child's store after the run (`started` is recorded off the
+critical path); `store_jobs_in_window` counts the store's terminal jobs in the window, a check
+on the callers' own tally (`store_agrees`). The pods are deleted when the broker exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import multiprocessing
+import os
+import re
+import resource
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from firepool.bench.common import machine, percentile, print_table, write_json
+
+COMMAND = ("python", "-c", "pass")
+TARGET_JOBS_PER_S = 200.0
+TARGET_WARM_P99_MS = 50.0
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def _serve(
+    data_dir: str,
+    store_url: str | None,
+    pods: int,
+    identities: list[str],
+    ready: Any,
+    stop: Any,
+    window: Any,
+    counted: Any,
+) -> None:
+    """Child process: the embedded broker with one `cpu` pool of `pods` pods, serving until
+    `stop` is set; then answer which of the jobs the parent names the store holds terminal."""
+    asyncio.run(_serve_async(data_dir, store_url, pods, identities, ready, stop, window, counted))
+
+
+async def _serve_async(
+    data_dir: str,
+    store_url: str | None,
+    pods: int,
+    identities: list[str],
+    ready: Any,
+    stop: Any,
+    window: Any,
+    counted: Any,
+) -> None:
+    from firepool.model import PoolSpec
+    from firepool.service.catalog import Catalog
+    from firepool.service.embedded import EmbeddedBroker
+
+    pool = PoolSpec(
+        name="cpu",
+        min_count=pods,
+        max_count=pods,
+        step=max(1, pods),  # one scaler pass creates the whole floor
+        idle_timeout=3600.0,  # nothing retires during a run
+    )
+    async with EmbeddedBroker(
+        Path(data_dir),
+        store_url=store_url,
+        catalog=Catalog((pool,)),
+        delete_pods_on_exit=True,
+        tune_gc=True,  # as `firepool serve` does
+    ) as broker:
+        tokens = [await asyncio.to_thread(broker.issue, name) for name in identities]
+        ready.put((broker.url, tokens, os.getpid()))
+        await asyncio.to_thread(stop.wait)
+        job_ids = await asyncio.to_thread(window.get)
+        counted.put(await asyncio.to_thread(_terminal_in_store, broker.store, job_ids))
+
+
+def _terminal_in_store(
+    store: Any, job_ids: set[str]
+) -> dict[str, tuple[str, dict[str, float | None]]]:
+    """State and timings of this run's jobs that the store holds terminal. Read after the run:
+    `started` is recorded off the critical path and may land after a caller saw the end."""
+    from firepool.model import JobState
+
+    terminal = [JobState(s) for s in TERMINAL]
+    out: dict[str, tuple[str, dict[str, float | None]]] = {}
+    after: str | None = None
+    while True:
+        page = store.list_jobs(states=terminal, limit=1000, after=after)
+        if not page:
+            return out
+        for job in page:
+            if job.id in job_ids:
+                out[job.id] = (job.state.value, dict(job.timings))
+        after = page[-1].id
+
+
+@dataclass
+class _Finished:
+    """What the callers saw of one job: its final record, as the SDK returned it."""
+
+    id: str
+    state: str
+    acquisition: str
+    timings: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class _Cpu:
+    """CPU seconds so far of the broker process, its pods (with their jobs), the callers."""
+
+    broker: float
+    pods: float
+    callers: float
+
+    @classmethod
+    def now(cls, broker_pid: int) -> _Cpu:
+        return cls(
+            _cpu_seconds(broker_pid), _descendants_cpu_seconds(broker_pid), _self_cpu_seconds()
+        )
+
+    def minus(self, other: _Cpu) -> _Cpu:
+        return _Cpu(
+            self.broker - other.broker, self.pods - other.pods, self.callers - other.callers
+        )
+
+
+@dataclass
+class _Tally:
+    finished: list[_Finished] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    submitted: int = 0
+    #: HTTP requests the broker served in the window, by method and route template.
+    requests: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+async def _caller(url: str, token: str, stop_at: float, tally: _Tally) -> None:
+    """One caller: submit, wait for the terminal state, repeat until `stop_at`."""
+    from firepool.client import AsyncClient
+
+    async with AsyncClient(url, token, timeout=60.0) as client:
+        while time.time() < stop_at:
+            try:
+                job = await client.submit("cpu", list(COMMAND), lease_tag="bench")
+                tally.submitted += 1
+                job = await client.wait(job.id, timeout=120.0)
+            except Exception as err:  # counted and reported, never hidden
+                tally.errors.append(f"{type(err).__name__}: {err}")
+                await asyncio.sleep(0.1)
+                continue
+            tally.finished.append(
+                _Finished(
+                    id=job.id,
+                    state=job.state.value,
+                    acquisition=job.pods[0].acquisition.value if job.pods else "",
+                    timings=job.timings.model_dump(),
+                )
+            )
+
+
+async def _wait_pods_idle(url: str, token: str, pods: int, timeout: float) -> None:
+    from firepool.client import AsyncClient
+
+    deadline = time.monotonic() + timeout
+    async with AsyncClient(url, token) as client:
+        while True:
+            idle = [p for p in await client.pods() if p.pool == "cpu" and p.state == "idle"]
+            if len(idle) >= pods:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(idle)} of {pods} pods ready after {timeout:.0f}s")
+            await asyncio.sleep(0.2)
+
+
+async def _drive(
+    url: str,
+    tokens: list[str],
+    callers: int,
+    pods: int,
+    warmup: float,
+    seconds: float,
+    pid: int,
+) -> tuple[_Tally, float, float, _Cpu]:
+    """Warm up, then time `seconds`; returns the tally, the window and the broker's CPU in it."""
+    await _wait_pods_idle(url, tokens[0], pods, timeout=300.0)
+    tally = _Tally()
+    stop_at = time.time() + warmup + seconds
+    tasks = [
+        asyncio.create_task(_caller(url, tokens[i % len(tokens)], stop_at, tally))
+        for i in range(callers)
+    ]
+    await asyncio.sleep(warmup)
+    requests_before = await _requests_by_route(url)
+    began = time.time()
+    before = _Cpu.now(pid)
+    await asyncio.sleep(max(0.0, stop_at - time.time()))
+    ended = time.time()
+    cpu = _Cpu.now(pid).minus(before)
+    tally.requests = await _requests_by_route(url)
+    tally.requests.subtract(requests_before)
+    await asyncio.gather(*tasks)  # the jobs in flight finish; they fall outside the window
+    return tally, began, ended, cpu
+
+
+_REQUESTS = re.compile(
+    r'^firepool_http_requests_total\{method="(?P<method>[^"]*)",route="(?P<route>[^"]*)",'
+    r'status="[^"]*"\} (?P<count>\S+)$',
+    re.MULTILINE,
+)
+
+
+async def _requests_by_route(url: str) -> collections.Counter[str]:
+    """The broker's HTTP request counters (its /metrics), summed over statuses."""
+    import httpx
+
+    async with httpx.AsyncClient(base_url=url, timeout=30.0) as http:
+        text = (await http.get("/metrics")).raise_for_status().text
+    counts: collections.Counter[str] = collections.Counter()
+    for m in _REQUESTS.finditer(text):
+        counts[f"{m['method']} {m['route']}"] += int(float(m["count"]))
+    return counts
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (field 3 onwards), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process so far, its children excluded (Linux /proc)."""
+    fields = _stat(pid)
+    if fields is None:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _descendants_cpu_seconds(pid: int) -> float:
+    """CPU of every live descendant of `pid` (the pods: agents and warm interpreters), each
+    with its reaped children (the jobs, which a warm interpreter forks and reaps)."""
+    parent: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat(int(entry))
+        if fields is None:
+            continue
+        parent[int(entry)] = int(fields[1])
+        ticks[int(entry)] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    children: dict[int, list[int]] = {}
+    for child, ppid in parent.items():
+        children.setdefault(ppid, []).append(child)
+    total, stack = 0, list(children.get(pid, ()))
+    while stack:
+        p = stack.pop()
+        total += ticks.get(p, 0)
+        stack.extend(children.get(p, ()))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _self_cpu_seconds() -> float:
+    """This process's CPU (the callers), its threads included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _loadavg() -> float:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except OSError:
+        return float("nan")
+
+
+def run_once(
+    *,
+    pods: int,
+    callers: int,
+    identities: int,
+    seconds: float,
+    warmup: float,
+    store_url: str | None,
+) -> dict[str, object]:
+    context = multiprocessing.get_context("spawn")
+    ready, stop, window, counted = (
+        context.Queue(),
+        context.Event(),
+        context.Queue(),
+        context.Queue(),
+    )
+    names = [f"bench-{i}" for i in range(identities)]
+    names = [names[i % identities] for i in range(callers)]  # one token per caller
+    load_before = _loadavg()
+    with tempfile.TemporaryDirectory(prefix="firepool-bench-") as tmp:
+        child = context.Process(
+            target=_serve,
+            args=(tmp, store_url, pods, names, ready, stop, window, counted),
+            name="firepool-bench-broker",
+        )
+        child.start()
+        try:
+            url, tokens, pid = ready.get(timeout=120)
+            tally, began, ended, cpu = asyncio.run(
+                _drive(url, tokens, callers, pods, warmup, seconds, pid)
+            )
+            stop.set()
+            window.put({f.id for f in tally.finished})
+            stored: dict[str, tuple[str, dict[str, float | None]]] = counted.get(timeout=120)
+        finally:
+            stop.set()
+            child.join(timeout=120)
+            if child.is_alive():  # never leave a broker (and its pods) behind
+                child.terminate()
+                child.join(timeout=30)
+
+    def inside(timings: dict[str, float | None]) -> bool:
+        finished = timings.get("finished")
+        return finished is not None and began <= finished <= ended
+
+    # The callers' tally and the store's records must agree on the window's jobs.
+    in_window = [f for f in tally.finished if inside(f.timings)]
+    store_in_window = {job_id for job_id, (_, t) in stored.items() if inside(t)}
+    records = [stored[f.id][1] for f in in_window if f.id in stored]
+    elapsed = ended - began
+    ms = 1000.0
+
+    def span(start: str, end: str) -> list[float]:
+        out = []
+        for t in records:
+            a, b = t.get(start), t.get(end)
+            if a is not None and b is not None:
+                out.append((b - a) * ms)
+        return out
+
+    warm = span("submitted", "first_instruction")
+    latency = span("submitted", "finished")
+    queued = span("submitted", "assigned")
+    handoff = span("assigned", "started")
+    jobs = len(in_window)
+    return {
+        "jobs": jobs,
+        "jobs_per_s": jobs / elapsed if elapsed > 0 else float("nan"),
+        "window_s": elapsed,
+        "succeeded": sum(f.state == "SUCCEEDED" for f in in_window),
+        "warm_acquisitions": sum(f.acquisition == "warm" for f in in_window),
+        "store_jobs_in_window": len(store_in_window),
+        "store_agrees": store_in_window == {f.id for f in in_window},
+        "errors": len(tally.errors),
+        "first_error": tally.errors[0] if tally.errors else "",
+        "warm_start_ms_p50": percentile(warm, 50),
+        "warm_start_ms_p99": percentile(warm, 99),
+        "latency_ms_p50": percentile(latency, 50),
+        "latency_ms_p99": percentile(latency, 99),
+        "dispatch_ms_p50": percentile(queued, 50),
+        "handoff_ms_p50": percentile(handoff, 50),
+        "broker_cpu_s": cpu.broker,
+        "broker_cpu_ms_per_job": cpu.broker / jobs * ms if jobs else float("nan"),
+        # Where the rest of the machine's CPU went over the window: the pods (agents, warm
+        # interpreters and the jobs they forked) and this process (the callers' SDK clients).
+        "pods_cpu_ms_per_job": cpu.pods / jobs * ms if jobs else float("nan"),
+        "callers_cpu_ms_per_job": cpu.callers / jobs * ms if jobs else float("nan"),
+        # What the broker's API served per job: the callers' submissions and polls (the SDK's
+        # `wait`), and the pods' exit events.
+        "requests_per_job": sum(tally.requests.values()) / jobs if jobs else float("nan"),
+        "polls_per_job": tally.requests["GET /v1/jobs/{job_id}"] / jobs if jobs else float("nan"),
+        "exit_events_per_job": (
+            tally.requests["POST /internal/v1/events"] / jobs if jobs else float("nan")
+        ),
+        "loadavg_before": load_before,
+        "loadavg_after": _loadavg(),
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m firepool.bench throughput",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--pods", type=int, default=16, help="pods in the cpu pool (floor)")
+    parser.add_argument("--callers", type=int, default=32, help="concurrent callers (tokens)")
+    parser.add_argument(
+        "--identities",
+        type=int,
+        default=None,
+        help="caller identities the tokens belong to (default: min(callers, pods))",
+    )
+    parser.add_argument("--seconds", type=float, default=20.0, help="timed window")
+    parser.add_argument("--warmup", type=float, default=3.0, help="untimed seconds first")
+    parser.add_argument("--store", default=None, help="database URL (default: SQLite)")
+    parser.add_argument("--json", dest="json_path")
+    args = parser.parse_args(argv)
+    if args.pods < 1 or args.callers < 1:
+        parser.error("--pods and --callers must be >= 1")
+    identities = args.identities or min(args.callers, args.pods)
+    result = run_once(
+        pods=args.pods,
+        callers=args.callers,
+        identities=identities,
+        seconds=args.seconds,
+        warmup=args.warmup,
+        store_url=args.store,
+    )
+    result.update(
+        pods=args.pods,
+        callers=args.callers,
+        identities=identities,
+        store="sqlite" if args.store is None else args.store.split(":", 1)[0],
+        **machine(),
+    )
+    r: dict[str, Any] = result
+    print_table(
+        f"throughput: {args.callers} callers ({identities} identities), {args.pods} pods, "
+        f"`{' '.join(COMMAND)}`, {r['window_s']:.1f} s, load {r['loadavg_before']:.2f}",
+        [
+            (
+                "jobs/s (submit -> terminal committed)",
+                f"{r['jobs_per_s']:.1f}",
+                f">= {TARGET_JOBS_PER_S:.0f}",
+            ),
+            (
+                "warm start p50 (ms, submit -> first instruction)",
+                f"{r['warm_start_ms_p50']:.1f}",
+                "",
+            ),
+            (
+                "warm start p99 (ms)",
+                f"{r['warm_start_ms_p99']:.1f}",
+                f"<= {TARGET_WARM_P99_MS:.0f}",
+            ),
+            ("  dispatch p50 (ms, submit -> RUNNING committed)", f"{r['dispatch_ms_p50']:.1f}", ""),
+            ("  hand-off p50 (ms, committed -> process started)", f"{r['handoff_ms_p50']:.1f}", ""),
+            ("latency p50 (ms, submit -> terminal)", f"{r['latency_ms_p50']:.1f}", ""),
+            ("latency p99 (ms)", f"{r['latency_ms_p99']:.1f}", ""),
+            ("broker CPU per job (ms)", f"{r['broker_cpu_ms_per_job']:.2f}", ""),
+            (
+                "  pods' CPU per job (ms; agents, zygotes, jobs)",
+                f"{r['pods_cpu_ms_per_job']:.2f}",
+                "",
+            ),
+            ("  callers' CPU per job (ms; SDK clients)", f"{r['callers_cpu_ms_per_job']:.2f}", ""),
+            (
+                "jobs (succeeded / warm / in store)",
+                f"{r['jobs']} ({r['succeeded']} / {r['warm_acquisitions']} / "
+                f"{r['store_jobs_in_window']})",
+                "",
+            ),
+            (
+                "API requests per job (polls / exit events)",
+                f"{r['requests_per_job']:.2f} ({r['polls_per_job']:.2f} / "
+                f"{r['exit_events_per_job']:.2f})",
+                "",
+            ),
+            ("caller errors", str(r["errors"]), "0"),
+        ],
+    )
+    write_json(args.json_path, result)
+    return 0 if not r["errors"] and r["jobs"] else 1

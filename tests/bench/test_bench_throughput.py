@@ -1,0 +1,36 @@
+"""The throughput benchmark runs end to end on real local pods (tiny sizes) and its JSON is
+self-consistent: the callers' count matches the store's, percentiles are ordered, the CPU per
+job follows from the totals. No figure is compared with a target (the machine is shared)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from firepool.bench import throughput
+
+
+def test_throughput_benchmark_counts_what_the_store_shows(tmp_path: Path) -> None:
+    out = tmp_path / "throughput.json"
+    argv = ["--pods", "2", "--callers", "3", "--seconds", "2", "--warmup", "1"]
+    assert throughput.main([*argv, "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert (r["pods"], r["callers"], r["identities"], r["store"]) == (2, 3, 2, "sqlite")
+    assert r["errors"] == 0 and r["jobs"] > 0
+    # Every job the callers counted in the window is a terminal row of the store, and no other.
+    assert r["store_agrees"] is True
+    assert r["jobs"] == r["store_jobs_in_window"] == r["succeeded"]
+    assert r["warm_acquisitions"] == r["jobs"]  # floor == ceiling: nothing was created late
+    assert math.isclose(r["jobs_per_s"], r["jobs"] / r["window_s"], rel_tol=1e-9)
+    assert 0 < r["warm_start_ms_p50"] <= r["warm_start_ms_p99"]
+    assert 0 < r["latency_ms_p50"] <= r["latency_ms_p99"]
+    # A job starts before it ends, and is committed RUNNING before its process starts.
+    assert r["warm_start_ms_p50"] <= r["latency_ms_p50"]
+    assert r["dispatch_ms_p50"] <= r["warm_start_ms_p50"]
+    assert r["broker_cpu_s"] > 0
+    assert r["pods_cpu_ms_per_job"] > 0  # the pods' processes were found and measured
+    # The broker's own request counters saw the callers' polls and the pods' exit events.
+    assert r["polls_per_job"] > 0 and r["exit_events_per_job"] > 0
+    assert r["requests_per_job"] >= r["polls_per_job"] + r["exit_events_per_job"]
+    assert math.isclose(r["broker_cpu_ms_per_job"], r["broker_cpu_s"] * 1000 / r["jobs"])

@@ -1,36 +1,52 @@
-"""DESIGN.md invariants 1, 2, 4, 5 and 6 under random interleavings (Hypothesis stateful).
+"""DESIGN.md invariants 1-6 on the broker core under random interleavings (Hypothesis).
 
-A small driver executes the control plane's decisions the way the service does (scaler plan
--> admission through the ledger -> pods created, ready, claimed, launched, released clean or
-unclean, deleted; holds expiring as time passes; commits failing) while the machine checks,
-after every step, that:
-1. a pod is leased to at most one job, and a multi-pod claim takes all its pods or none;
-2. a used pod never serves another caller, and across a tag or queue boundary it serves one
-   job and retires;
-4. budgets and pool ceilings, counted in physical GPUs or pods, are never exceeded;
+The machine drives `BrokerCore` exactly as a driver does (events in, actions executed) and
+keeps its own model of every pod, built only from the actions the core returned and the events
+the machine itself chose: which pods exist and on which card, whether they are starting, free
+or retiring, who last used them with which queue and tag, which job holds each card. Nothing is
+copied back from the tracker. After every step it checks safety:
+1. a pod is leased to at most one attempt, and a multi-pod claim takes all its pods or none;
+2. a used pod never serves another caller; across a tag or queue boundary it serves one job
+   and retires;
+3. no attempt is launched before its RUNNING transition is committed;
+4. budgets and pool ceilings, counted in physical GPUs or cores, are never exceeded;
 5. a pod whose reset was not confirmed clean is never claimed again;
-6. at most one job runs per physical GPU, and a standby runs only after the card's previous
-   job is gone.
+6. at most one job runs per physical GPU, and a card's next job launches only after the
+   previous job's processes are gone;
+and liveness, which a core that never claims or never launches would fail:
+- after a dispatch pass, no queued one-pod job is left waiting while the model knows a pod it
+  could take (its caller's own live hold, or a never-used ready pod on a free card);
+- a committed attempt whose cards are all free in the model has been launched.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from firepool.control.admission import admit
+from firepool.control.actions import (
+    Action,
+    CreatePod,
+    DeletePod,
+    HoldPod,
+    LaunchAttempt,
+    RecordVerdict,
+    StartAttempt,
+)
 from firepool.control.budgets import BudgetLedger
-from firepool.control.records import ClaimRequest, Lease
-from firepool.control.scaler import QueuedDemand, plan
-from firepool.control.tracker import Tracker
-from firepool.model import LeaseTagMode, PodState, PoolSpec
+from firepool.control.core import BrokerCore, CoreConfig
+from firepool.control.dispatch import AttemptEnd
+from firepool.control.records import Lease, Ticket
+from firepool.model import JobSpec, JobState, LeaseTagMode, PodRole, PoolSpec
 
-EXAMPLES = 500 if os.environ.get("CI") == "true" else 120
+EXAMPLES = 400 if os.environ.get("CI") == "true" else 100
 LIMITS = {"H200": 3, "cpu": 4}
+CPU_CALLER_LIMIT = 3
 
 
 def pools(mode: LeaseTagMode) -> list[PoolSpec]:
@@ -43,7 +59,7 @@ def pools(mode: LeaseTagMode) -> list[PoolSpec]:
             idle_timeout=15,
             step=2,
             lease_tag_mode=mode,
-            max_pods_per_caller=3,
+            max_pods_per_caller=CPU_CALLER_LIMIT,
         ),
         PoolSpec(
             name="gpu",
@@ -60,29 +76,123 @@ def pools(mode: LeaseTagMode) -> list[PoolSpec]:
     ]
 
 
-class BrokerMachine(RuleBasedStateMachine):
+@dataclass
+class ModelPod:
+    """What the machine knows of a pod, from actions and its own events only."""
+
+    pool: str
+    role: PodRole
+    group: str | None
+    dedicated: bool
+    ready: bool = False
+    job: str | None = None
+    retiring: bool = False
+    owner: tuple[str, str, str] | None = None  # caller, queue, tag of its last job
+    hold_until: float = 0.0
+    retire_after_job: bool = False
+    claims: list[str] = field(default_factory=list)
+
+
+class CoreMachine(RuleBasedStateMachine):
     mode = LeaseTagMode.BOUNDARY
 
     def __init__(self) -> None:
         super().__init__()
         self.specs = {p.name: p for p in pools(self.mode)}
-        self.tracker = Tracker(self.specs.values())
         self.ledger = BudgetLedger(LIMITS)
+        names = (f"pod-{i}" for i in itertools.count())
+        self.core = BrokerCore(
+            self.specs.values(),
+            self.ledger,
+            new_name=lambda _pool: next(names),
+            config=CoreConfig(elastic=None, check_skips=True),
+        )
         self.now = 0.0
-        self.names = (f"pod-{i}" for i in itertools.count())
         self.job_ids = itertools.count()
-        self.queued: list[ClaimRequest] = []
-        self.requests: dict[str, ClaimRequest] = {}
+        self.pods: dict[str, ModelPod] = {}
+        self.tickets: dict[str, Ticket] = {}
+        self.queued: set[str] = set()
         self.leases: dict[str, Lease] = {}
+        self.committed: set[str] = set()
         self.launched: set[str] = set()
-        self.last_session: dict[str, tuple[str, str, str]] = {}  # pod -> caller, queue, tag
-        self.retire_after_job: set[str] = set()
-        self.must_not_serve: set[str] = set()  # retired, unclean or boundary-crossed pods
-        self.gpu_running: dict[str, str] = {}  # group -> job running on the card
-        self.unclean_held_gate: set[str] = set()
+        self.card: dict[str, str] = {}  # group -> job whose processes may still be on it
+        self.deleting: list[str] = []
+        self.never_again: set[str] = set()  # retired, unclean or boundary-crossed pods
         for pool in self.specs:  # the floors, ready at the start
             self.reconcile(pool)
         self.ready(255)
+
+    # ------------------------------------------------------------------ executing actions
+
+    def act(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, CreatePod):
+                order = action.order
+                assert order.pod not in self.pods
+                self.pods[order.pod] = ModelPod(
+                    order.pool, order.role, order.group, order.single_use or bool(order.image)
+                )
+            elif isinstance(action, DeletePod):
+                pod = self.pods[action.pod]
+                assert pod.job is None, f"{action.pod} deleted while leased to {pod.job}"
+                pod.retiring = True
+                self.never_again.add(action.pod)
+                if action.pod not in self.deleting:
+                    self.deleting.append(action.pod)
+            elif isinstance(action, StartAttempt):
+                self._claimed(action.lease)
+            elif isinstance(action, LaunchAttempt):
+                self._launched(action.job)
+            elif isinstance(action, HoldPod):
+                self.pods[action.pod].hold_until = action.until
+            elif isinstance(action, RecordVerdict):
+                ticket = action.ticket
+                state = action.verdict.state
+                if state is JobState.QUEUED:
+                    ticket = Ticket(ticket.job, ticket.caller, ticket.spec, ticket.submitted_at,
+                                    ticket.retries + 1)
+                    self.tickets[ticket.job] = ticket
+                    self.queued.add(ticket.job)
+                self.act(self.core.verdict_recorded(ticket, state, self.now))
+
+    def _claimed(self, lease: Lease) -> None:
+        job = lease.job
+        ticket = self.tickets[job]
+        spec = ticket.spec
+        assert job in self.queued and job not in self.leases
+        names = [p.name for p in lease.pods]
+        assert len(names) == spec.pods == len(set(names))  # invariant 1: all, distinct
+        session = (ticket.caller, spec.queue, spec.lease_tag)
+        for name in names:
+            pod = self.pods[name]
+            assert pod.ready and pod.job is None and not pod.retiring, (name, pod)
+            assert name not in self.never_again, name  # invariants 2 and 5
+            assert pod.pool == spec.pool
+            if pod.owner is not None:
+                assert pod.owner[0] == ticket.caller, (name, pod.owner)  # owner-only reuse
+                crossed = pod.owner[1] != spec.queue or (
+                    self.mode is LeaseTagMode.BOUNDARY and pod.owner[2] != spec.lease_tag
+                )
+                pod.retire_after_job = crossed
+            pod.job = job
+            pod.claims.append(job)
+            pod.owner = session
+        if spec.pool == "gpu":
+            groups = [self.pods[n].group for n in names]
+            assert len(set(groups)) == len(groups)  # distinct physical GPUs
+        self.queued.discard(job)
+        self.leases[job] = lease
+
+    def _launched(self, job: str) -> None:
+        assert job in self.committed, f"{job} launched before its commit"  # invariant 3
+        assert job not in self.launched
+        for p in self.leases[job].pods:
+            group = self.pods[p.name].group
+            if group is not None:
+                holder = self.card.get(group)
+                assert holder is None or holder == job, (group, holder)  # invariant 6
+                self.card[group] = job
+        self.launched.add(job)
 
     # ------------------------------------------------------------------ events
 
@@ -93,208 +203,169 @@ class BrokerMachine(RuleBasedStateMachine):
         tag=st.sampled_from(["t1", "t2", "t3"]),
         pods=st.integers(1, 2),
         single_use=st.sampled_from([False, False, False, True]),
+        retries=st.integers(0, 1),
     )
-    def submit(
-        self, caller: str, pool: str, queue: str, tag: str, pods: int, single_use: bool
-    ) -> None:
+    def submit(self, caller: str, pool: str, queue: str, tag: str, pods: int,
+               single_use: bool, retries: int) -> None:
         job = f"job-{next(self.job_ids)}"
-        req = ClaimRequest(job, caller, pool, queue, tag, pods, single_use, queued_at=self.now)
-        self.requests[job] = req
-        self.queued.append(req)
+        spec = JobSpec(pool=pool, command=["x"], queue=queue, lease_tag=tag, pods=pods,
+                       single_use=single_use, max_retries=retries)
+        ticket = Ticket(job, caller, spec, self.now)
+        self.tickets[job] = ticket
+        self.queued.add(job)
+        self.core.submit(ticket, self.now)
 
     @rule(pool=st.sampled_from(["cpu", "gpu"]))
     def reconcile(self, pool: str) -> None:
-        spec = self.specs[pool]
-        demand = [
-            QueuedDemand(q.caller, q.pods, q.single_use) for q in self.queued if q.pool == pool
-        ]
-        headroom = self.ledger.headroom(spec.budget_resource)
-        p = plan(
-            spec,
-            self.tracker.pool_pods(pool),
-            self.tracker.pool_groups(pool),
-            demand,
-            self.now,
-            headroom_units=headroom,
-        )
-        for order in admit(p, spec, self.ledger, lambda: next(self.names)):
-            self.tracker.add_pod(
-                order.pod,
-                pool,
-                self.now,
-                role=order.role,
-                group=order.group,
-                single_use=order.single_use,
-                image=order.image,
-            )
-        for retired in p.retire:
-            if self.tracker.retire(retired.pod, retired.reason):
-                self.must_not_serve.add(retired.pod)
+        self.act(self.core.reconcile(pool, self.now))
 
     @rule(mask=st.integers(0, 255))
     def ready(self, mask: int) -> None:
-        starting = [p.name for p in self._pods() if p.state is PodState.STARTING]
+        starting = [n for n, p in self.pods.items() if not p.ready and not p.retiring]
         for k, name in enumerate(starting):
             if mask >> (k % 8) & 1 or k >= 8:
-                self.tracker.pod_ready(name, self.now)
+                self.pods[name].ready = True
+                self.act(self.core.pod_ready(name, self.now))
 
     @precondition(lambda self: bool(self.queued))
-    @rule(i=st.integers(0, 50), all_of_them=st.booleans())
-    def dispatch(self, i: int, all_of_them: bool) -> None:
-        """Try the queued jobs in order from a random one, as a dispatcher pass would."""
-        start = i % len(self.queued)
-        order = self.queued[start:] + self.queued[:start]
-        for req in order if all_of_them else order[:1]:
-            self._claim(req)
-
-    def _claim(self, req: ClaimRequest) -> None:
-        before = {p.name: p.state for p in self._pods()}
-        got = self.tracker.claim(req, self.now)
-        if not isinstance(got, Lease):
-            assert {p.name: p.state for p in self._pods()} == before  # nothing taken
-            return
-        self.queued.remove(req)
-        names = [p.name for p in got.pods]
-        assert len(names) == req.pods == len(set(names))  # invariant 1: all, distinct
-        groups = [self.tracker.get(n).group for n in names]  # type: ignore[union-attr]
-        if req.pool == "gpu":
-            assert len(set(groups)) == len(groups)  # distinct physical GPUs
-        for name in names:
-            assert name not in self.must_not_serve, name  # invariants 2 and 5
-            last = self.last_session.get(name)
-            if last is not None:
-                assert last[0] == req.caller  # invariant 2: owner-only reuse
-                crossed = last[1] != req.queue or (
-                    self.mode is LeaseTagMode.BOUNDARY and last[2] != req.tag
-                )
-                if crossed:
-                    self.retire_after_job.add(name)
-            self.last_session[name] = (req.caller, req.queue, req.tag)
-        self.leases[req.job] = got
-
-    @precondition(lambda self: bool(self.leases))
     @rule()
-    def launch(self) -> None:
-        ready = [
-            j
-            for j, lease in self.leases.items()
-            if j not in self.launched
-            and not any(
-                self.tracker.get(p.name).gated
-                for p in lease.pods  # type: ignore[union-attr]
-            )
-        ]
-        for job in ready:
-            self._launch(job)
+    def dispatch(self) -> None:
+        self.act(self.core.dispatch(self.now))
+        for job in sorted(self.queued):
+            self._check_nothing_left_for(job)
 
-    def _launch(self, job: str) -> None:
-        for p in self.leases[job].pods:
-            group = self.tracker.get(p.name).group  # type: ignore[union-attr]
-            if group is not None:
-                assert group not in self.gpu_running, (group, self.gpu_running)  # invariant 6
-                self.gpu_running[group] = job
-            self.tracker.mark_running(p.name)
-        self.launched.add(job)
+    def _check_nothing_left_for(self, job: str) -> None:
+        """Liveness: the model knows no pod this waiting job could have taken."""
+        ticket = self.tickets[job]
+        spec = ticket.spec
+        if spec.pods != 1 or spec.single_use:
+            return
+        if spec.pool == "cpu":
+            leased = sum(
+                len(lease.pods) for lease in self.leases.values()
+                if lease.pool == "cpu" and self.tickets[lease.job].caller == ticket.caller
+            )
+            if leased + 1 > CPU_CALLER_LIMIT:
+                return
+        for name, pod in self.pods.items():
+            if pod.pool != spec.pool or not pod.ready or pod.retiring or pod.job is not None:
+                continue
+            if pod.dedicated or pod.role is PodRole.STANDBY:
+                continue
+            if pod.group is not None and (
+                self.card.get(pod.group) is not None
+                or any(p.group == pod.group and p.job is not None for p in self.pods.values())
+            ):
+                continue  # its card is busy or claimed: the gate decides
+            own = pod.owner is not None and pod.owner[0] == ticket.caller
+            if pod.owner is None or (own and pod.hold_until > self.now):
+                raise AssertionError(f"{job} waits while {name} is free for it: {pod}")
+
+    @precondition(lambda self: bool(set(self.leases) - self.committed))
+    @rule(i=st.integers(0, 50), wins=st.booleans())
+    def commit(self, i: int, wins: bool) -> None:
+        pending = sorted(set(self.leases) - self.committed)
+        job = pending[i % len(pending)]
+        if wins:
+            self.committed.add(job)
+            self.act(self.core.committed(job, self.now))
+            return
+        lease = self.leases.pop(job)
+        for p in lease.pods:  # the pods go back exactly as they were before the claim
+            pod = self.pods[p.name]
+            pod.job = None
+            pod.claims.pop()
+            pod.retire_after_job = False
+            pod.owner = self._owner_before(p.name)
+        self.queued.add(job)  # the driver re-reads the store; the job is queued again
+        self.act(self.core.commit_lost(job, self.now))
+        self.core.submit(self.tickets[job], self.now)
+
+    def _owner_before(self, name: str) -> tuple[str, str, str] | None:
+        """The session of the pod's last finished job, from the model's own history."""
+        for job in reversed(self.pods[name].claims):
+            if job not in self.leases and job in self.tickets:
+                t = self.tickets[job]
+                return (t.caller, t.spec.queue, t.spec.lease_tag)
+        return None
+
+    @invariant()
+    def committed_attempts_on_free_cards_are_launched(self) -> None:
+        for job in self.committed & set(self.leases):
+            if job in self.launched:
+                continue
+            groups = [self.pods[p.name].group for p in self.leases[job].pods]
+            assert not all(g is None or self.card.get(g) in (None, job) for g in groups), (
+                f"{job} is committed and its cards are free, but it was not launched"
+            )
 
     @precondition(lambda self: bool(self.leases))
-    @rule(i=st.integers(0, 50), unclean_mask=st.integers(0, 3), launched_only=st.booleans())
-    def release(self, i: int, unclean_mask: int, launched_only: bool) -> None:
-        jobs = [j for j in self.leases if j in self.launched or not launched_only]
-        if not jobs:
-            return
+    @rule(i=st.integers(0, 50), unclean_mask=st.integers(0, 3), fails=st.booleans())
+    def attempt_over(self, i: int, unclean_mask: int, fails: bool) -> None:
+        jobs = sorted(self.leases)
         job = jobs[i % len(jobs)]
         lease = self.leases.pop(job)
         unclean = [p.name for k, p in enumerate(lease.pods) if unclean_mask >> k & 1]
-        result = self.tracker.release(job, self.now, unclean=unclean)
-        retired = {r.pod for r in result.retired}
         for p in lease.pods:
-            pod = self.tracker.get(p.name)
-            assert pod is not None
-            if p.name in unclean or p.name in self.retire_after_job:
-                assert p.name in retired, p.name
-                self.must_not_serve.add(p.name)
-            if p.name in retired:
-                self.must_not_serve.add(p.name)
+            pod = self.pods[p.name]
+            pod.job = None
+            if p.name in unclean or pod.retire_after_job:
+                self.never_again.add(p.name)
             group = pod.group
-            if group is not None and self.gpu_running.get(group) == job:
-                if p.name in unclean:
-                    self.unclean_held_gate.add(p.name)  # the card is free only at deletion
-                else:
-                    del self.gpu_running[group]
+            if group is not None and self.card.get(group) == job and p.name not in unclean:
+                del self.card[group]  # an unclean pod keeps its card until it is deleted
+        self.committed.discard(job)
         self.launched.discard(job)
+        end = AttemptEnd(exit_code=1 if fails else 0)
+        actions = self.core.attempt_over(job, end, unclean, self.now)
+        retired = {a.pod for a in actions if isinstance(a, DeletePod)}
+        for name in unclean:
+            assert name in retired, f"unclean {name} was not retired"  # invariant 5
+        self.act(actions)
 
-    @precondition(lambda self: bool(self.leases))
+    @precondition(lambda self: bool(self.deleting))
     @rule(i=st.integers(0, 50))
-    def commit_fails(self, i: int) -> None:
-        pending = [j for j in self.leases if j not in self.launched]
-        if not pending:
-            return
-        job = pending[i % len(pending)]
-        lease = self.leases.pop(job)
-        self.tracker.unclaim(job)
-        for p in lease.pods:
-            self.retire_after_job.discard(p.name)
-        self.queued.append(self.requests[job])
-        # The claimed pods' session records are restored by the tracker, not by us.
-        for p in lease.pods:
-            pod = self.tracker.get(p.name)
-            assert pod is not None
-            if pod.used and pod.owner is not None:
-                self.last_session[p.name] = (pod.owner, pod.queue or "", pod.tag or "")
-            else:
-                self.last_session.pop(p.name, None)
-
-    @rule(i=st.integers(0, 50))
-    def delete(self, i: int) -> None:
-        retiring = [p.name for p in self._pods() if p.state is PodState.RETIRING]
-        if not retiring:
-            return
-        name = retiring[i % len(retiring)]
-        group = self.tracker.get(name).group  # type: ignore[union-attr]
-        freed, _promoted = self.tracker.pod_deleted(name)
-        if name in self.unclean_held_gate:
-            self.unclean_held_gate.discard(name)
-            assert group is not None
-            self.gpu_running.pop(group, None)
-        if freed is not None:
-            self.ledger.release(freed)
+    def deleted(self, i: int) -> None:
+        name = self.deleting.pop(i % len(self.deleting))
+        pod = self.pods.pop(name)
+        if pod.group is not None and self.card.get(pod.group) is not None:
+            holder = self.card[pod.group]
+            if holder not in self.leases or name in [p.name for p in self.leases[holder].pods]:
+                del self.card[pod.group]  # its processes are surely gone now
+        self.act(self.core.pod_deleted(name, self.now))
 
     @rule(dt=st.sampled_from([0.5, 3.0, 11.0, 20.0]))
     def tick(self, dt: float) -> None:
         self.now += dt
-        for retired in self.tracker.expire_holds(self.now):
-            self.must_not_serve.add(retired.pod)
+        self.act(self.core.tick(self.now))
 
-    # ------------------------------------------------------------------ checks
+    # ------------------------------------------------------------------ safety checks
 
     @invariant()
     def indexes_agree(self) -> None:
-        self.tracker.check_invariants()
+        self.core.tracker.check_invariants()
 
     @invariant()
-    def budgets_and_ceilings_hold(self) -> None:  # invariant 4
+    def budgets_and_ceilings_hold(self) -> None:  # invariant 4, counted by the model
+        cpu = [p for p in self.pods.values() if p.pool == "cpu"]
+        cards = {p.group for p in self.pods.values() if p.pool == "gpu"}
+        assert len(cpu) <= min(LIMITS["cpu"], self.specs["cpu"].max_count)
+        assert len(cards) <= min(LIMITS["H200"], self.specs["gpu"].max_count)
         for resource, limit in LIMITS.items():
             assert self.ledger.used(resource) <= limit
-        assert len(self.tracker.pool_pods("cpu")) <= self.specs["cpu"].max_count
-        assert len(self.tracker.pool_groups("gpu")) <= self.specs["gpu"].max_count
-        assert len(self.tracker.pool_groups("gpu")) == self.ledger.used("H200")
-        assert len(self.tracker.pool_pods("cpu")) == self.ledger.used("cpu")
 
     @invariant()
-    def one_running_job_per_gpu(self) -> None:  # invariant 6
-        for group in self.tracker.pool_groups("gpu"):
-            running = [
-                n
-                for n in group.pods
-                if self.tracker.get(n).state is PodState.RUNNING  # type: ignore[union-attr]
-            ]
-            assert len(running) <= 1
-
-    def _pods(self) -> list:  # type: ignore[type-arg]
-        return self.tracker.pool_pods("cpu") + self.tracker.pool_pods("gpu")
+    def one_job_per_card(self) -> None:  # invariant 6, from the launches the core ordered
+        running: dict[str, set[str]] = {}
+        for job in self.launched:
+            for p in self.leases[job].pods:
+                group = self.pods[p.name].group
+                if group is not None:
+                    running.setdefault(group, set()).add(job)
+        assert all(len(jobs) == 1 for jobs in running.values()), running
 
 
-class HintMachine(BrokerMachine):
+class HintMachine(CoreMachine):
     mode = LeaseTagMode.HINT
 
 
@@ -304,7 +375,7 @@ _settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-TestBoundaryMode = BrokerMachine.TestCase
+TestBoundaryMode = CoreMachine.TestCase
 TestBoundaryMode.settings = _settings
 TestHintMode = HintMachine.TestCase
 TestHintMode.settings = _settings

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
+import time
 
 import pytest
 
@@ -36,25 +38,65 @@ def test_bad_budgets_and_double_reservations_are_typed_errors() -> None:
         ledger.try_reserve("cpu", "p", 1)
 
 
-def test_concurrent_reservations_never_overshoot() -> None:
-    ledger = BudgetLedger({"H200": 50})
+class HighWater(dict[str, int]):
+    """The ledger's per-resource counts, recording the highest value ever written and
+    yielding to other threads between a read and the write that follows it: without the
+    ledger's lock, concurrent reservations then interleave and overshoot."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.peak = 0
+
+    def get(self, key: str, default: int | None = None) -> int | None:  # type: ignore[override]
+        value = super().get(key, default)
+        time.sleep(0.0002)  # a thread switch here is what a race needs
+        return value
+
+    def __setitem__(self, key: str, value: int) -> None:
+        self.peak = max(self.peak, value)
+        super().__setitem__(key, value)
+
+
+def reserve_concurrently(ledger: BudgetLedger, threads: int = 8, each: int = 40) -> list[str]:
     counter = itertools.count()
     granted: list[str] = []
     lock = threading.Lock()
+    start = threading.Barrier(threads)
 
     def worker() -> None:
-        for _ in range(100):
+        start.wait()
+        for _ in range(each):
             holder = f"h{next(counter)}"
             if ledger.try_reserve("H200", holder, 1):
                 with lock:
                     granted.append(holder)
 
-    threads = [threading.Thread(target=worker) for _ in range(8)]
-    for th in threads:
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for th in pool:
         th.start()
-    for th in threads:
+    for th in pool:
         th.join()
+    return granted
+
+
+def test_concurrent_reservations_never_overshoot_at_any_instant() -> None:
+    ledger = BudgetLedger({"H200": 50})
+    counts = HighWater()
+    ledger._used = counts
+    granted = reserve_concurrently(ledger)
     assert len(granted) == 50 and ledger.used("H200") == 50
+    assert counts.peak == 50  # never above the limit, not even between two writes
+
+
+def test_the_race_is_visible_without_the_ledgers_lock() -> None:
+    """The test above can fail: with the lock replaced by a no-op, the forced interleaving
+    lets threads pass the limit check on the same count."""
+    ledger = BudgetLedger({"H200": 50})
+    counts = HighWater()
+    ledger._used = counts
+    ledger._lock = contextlib.nullcontext()  # type: ignore[assignment]
+    reserve_concurrently(ledger)
+    assert counts.peak > 50 or ledger.used("H200") != len(ledger._holders)
 
 
 def test_admit_reserves_groups_once_and_stops_at_the_ledger() -> None:

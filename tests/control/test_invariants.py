@@ -90,6 +90,7 @@ class ModelPod:
     owner: tuple[str, str, str] | None = None  # caller, queue, tag of its last job
     hold_until: float = 0.0
     retire_after_job: bool = False
+    unclean: bool = False  # released unclean: its processes may survive until it is deleted
     claims: list[str] = field(default_factory=list)
 
 
@@ -252,11 +253,8 @@ class CoreMachine(RuleBasedStateMachine):
                 continue
             if pod.dedicated or pod.role is PodRole.STANDBY:
                 continue
-            if pod.group is not None and (
-                self.card.get(pod.group) is not None
-                or any(p.group == pod.group and p.job is not None for p in self.pods.values())
-            ):
-                continue  # its card is busy or claimed: the gate decides
+            if pod.group is not None and self._card_blocked(pod.group, job):
+                continue  # its card is busy, claimed or not yet clean: the gate decides
             own = pod.owner is not None and pod.owner[0] == ticket.caller
             if pod.owner is None or (own and pod.hold_until > self.now):
                 raise AssertionError(f"{job} waits while {name} is free for it: {pod}")
@@ -289,13 +287,23 @@ class CoreMachine(RuleBasedStateMachine):
                 return (t.caller, t.spec.queue, t.spec.lease_tag)
         return None
 
+    def _card_blocked(self, group: str, job: str) -> bool:
+        """The card may not run `job` now: another job runs or claimed a pod on it, or a pod
+        on it was released unclean and is not deleted yet."""
+        if self.card.get(group) not in (None, job):
+            return True
+        return any(
+            p.group == group and (p.unclean or p.job not in (None, job))
+            for p in self.pods.values()
+        )
+
     @invariant()
     def committed_attempts_on_free_cards_are_launched(self) -> None:
         for job in self.committed & set(self.leases):
             if job in self.launched:
                 continue
-            groups = [self.pods[p.name].group for p in self.leases[job].pods]
-            assert not all(g is None or self.card.get(g) in (None, job) for g in groups), (
+            groups = {self.pods[p.name].group for p in self.leases[job].pods}
+            assert not all(g is None or not self._card_blocked(g, job) for g in groups), (
                 f"{job} is committed and its cards are free, but it was not launched"
             )
 
@@ -309,6 +317,7 @@ class CoreMachine(RuleBasedStateMachine):
         for p in lease.pods:
             pod = self.pods[p.name]
             pod.job = None
+            pod.unclean = p.name in unclean
             if p.name in unclean or pod.retire_after_job:
                 self.never_again.add(p.name)
             group = pod.group
@@ -328,10 +337,10 @@ class CoreMachine(RuleBasedStateMachine):
     def deleted(self, i: int) -> None:
         name = self.deleting.pop(i % len(self.deleting))
         pod = self.pods.pop(name)
-        if pod.group is not None and self.card.get(pod.group) is not None:
-            holder = self.card[pod.group]
-            if holder not in self.leases or name in [p.name for p in self.leases[holder].pods]:
-                del self.card[pod.group]  # its processes are surely gone now
+        if pod.unclean and pod.group is not None and pod.claims and (
+            self.card.get(pod.group) == pod.claims[-1]
+        ):
+            del self.card[pod.group]  # its last job's processes are surely gone now
         self.act(self.core.pod_deleted(name, self.now))
 
     @rule(dt=st.sampled_from([0.5, 3.0, 11.0, 20.0]))

@@ -1,5 +1,9 @@
 """`python -m firepool.agent --config FILE [--listen-fd N]`: run the pod agent.
 
+On Kubernetes the agent runs as `--config-env VAR` instead: its config is JSON in `VAR` and its
+secret comes from `FIREPOOL_AGENT_SECRET`, which the pod fills from a Secret (secretKeyRef), so
+the secret is in neither the pod spec nor a file the job could read from the image.
+
 The backend passes an already-listening socket (`--listen-fd`), so the agent's URL is known
 before the agent has even started and no port can be lost to a race; without it the agent
 binds the configured host/port itself and writes the port to `<pod_dir>/agent.port`.
@@ -21,13 +25,23 @@ from types import FrameType
 
 from firepool.agent.zygote import set_subreaper, start_process
 
+#: Where `--config-env` finds the agent's secret (see backends/kubernetes/spec.py).
+SECRET_ENV = "FIREPOOL_AGENT_SECRET"
+
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m firepool.agent")
-    parser.add_argument("--config", required=True)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config")
+    source.add_argument("--config-env", help="read the config (JSON) from this variable")
     parser.add_argument("--listen-fd", type=int, default=None)
     args = parser.parse_args(argv)
-    raw = json.loads(Path(args.config).read_text())
+    if args.config_env:
+        raw = json.loads(os.environ.pop(args.config_env))
+        raw["secret"] = os.environ.pop(SECRET_ENV)  # not inherited by the pod's jobs
+        Path(raw["pod_dir"]).mkdir(parents=True, exist_ok=True)
+    else:
+        raw = json.loads(Path(args.config).read_text())
     set_subreaper()
     # The warm interpreter starts now and imports its modules while we import pydantic: the
     # two start-ups overlap. Mounts made below are still seen by it (same mount namespace).

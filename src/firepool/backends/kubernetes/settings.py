@@ -34,6 +34,17 @@ def _typed(cls_name: str, data: Any, handler: Any) -> Any:
         raise ConfigError(f"{cls_name}: {field}: {first['msg']}", field=field) from None
 
 
+def _nested(model: type[StrictModel], value: Any, prefix: str) -> None:
+    """Validate a nested entry first, so its error names the full path (`pools.h100.x`)."""
+    if isinstance(value, model):
+        return
+    try:
+        model.model_validate(value)
+    except ConfigError as err:
+        field = f"{prefix}.{err.field}" if err.field else prefix
+        raise ConfigError(f"{field}: {err.message}", field=field) from None
+
+
 class Toleration(StrictModel):
     key: str | None = None
     operator: Literal["Exists", "Equal"] = "Equal"
@@ -67,6 +78,9 @@ class PodTemplate(StrictModel):
     @model_validator(mode="wrap")
     @classmethod
     def _typed_errors(cls, data: Any, handler: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("tolerations"), list | tuple):
+            for i, entry in enumerate(data["tolerations"]):
+                _nested(Toleration, entry, f"tolerations.{i}")
         return _typed("pod template", data, handler)
 
     @model_validator(mode="after")
@@ -111,6 +125,12 @@ class Templates(StrictModel):
     @model_validator(mode="wrap")
     @classmethod
     def _typed_errors(cls, data: Any, handler: Any) -> Any:
+        if isinstance(data, dict):
+            if "defaults" in data:
+                _nested(PodTemplate, data["defaults"], "defaults")
+            if isinstance(data.get("pools"), dict):
+                for name, entry in data["pools"].items():
+                    _nested(PodTemplate, entry, f"pools.{name}")
         return _typed("templates", data, handler)
 
     def for_pool(self, pool: str) -> PodTemplate:
@@ -169,4 +189,6 @@ class KubernetesSettings(StrictModel):
     @model_validator(mode="wrap")
     @classmethod
     def _typed_errors(cls, data: Any, handler: Any) -> Any:
+        if isinstance(data, dict) and "templates" in data:
+            _nested(Templates, data["templates"], "templates")
         return _typed("kubernetes settings", data, handler)

@@ -8,7 +8,6 @@ grace period in the tests, and each test namespace is cleaned by the tests thems
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 from collections.abc import Iterator
@@ -16,13 +15,13 @@ from collections.abc import Iterator
 import pytest
 
 from firepool.backends.kubernetes import KubernetesSettings
-from firepool.backends.kubernetes.errors import PodConflictError
 from firepool.backends.kubernetes.rest import Rest
 from firepool.testing.kwok import (
     TEST_GPU_NODES,
     delete_namespace,
     ensure_namespace,
     ensure_node,
+    ensure_service_account,
     kwok_node,
     rest_for,
 )
@@ -53,11 +52,7 @@ def admin(kubeconfig: str) -> Iterator[Rest]:
 def namespace(admin: Rest) -> Iterator[str]:
     name = f"fp-test-{secrets.token_hex(3)}"
     ensure_namespace(admin, name)
-    # The ServiceAccount admission plugin wants a `default` account; the controller that
-    # makes it may not run in a minimal cluster.
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
-    with contextlib.suppress(PodConflictError):  # already made by the controller
-        admin.request("POST", f"/api/v1/namespaces/{name}/serviceaccounts", "sa", body=account)
+    ensure_service_account(admin, name)
     yield name
     delete_namespace(admin, name)
 

@@ -69,3 +69,13 @@ def ensure_namespace(rest: Rest, name: str) -> None:
 def delete_namespace(rest: Rest, name: str) -> None:
     with contextlib.suppress(PodNotFoundError):
         rest.request("DELETE", f"/api/v1/namespaces/{name}", "delete namespace")
+
+
+def ensure_service_account(rest: Rest, namespace: str) -> None:
+    """The ServiceAccount admission plugin wants a `default` account in the namespace; the
+    controller that makes it may not run in a minimal cluster."""
+    body = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
+    with contextlib.suppress(PodConflictError):
+        rest.request(
+            "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", "create sa", body=body
+        )

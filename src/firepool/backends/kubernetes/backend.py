@@ -63,8 +63,10 @@ class KubernetesBackend(BaseBackend):
         self.codec = AnnotationCodec(settings.prefix)
         self.clock = clock
         self.cache = PodCache()
-        #: Every change as it arrived (name -> monotonic time): the benchmark's watch lag.
+        #: Hooks for measurements: every cache change as the watch delivered it, and each pod
+        #: create as it is sent (after pacing), by name.
         self.on_change: Callable[[Change], None] | None = None
+        self.on_issue: Callable[[str], None] | None = None
         self._secrets: dict[str, str] = {}
         self._deleting: set[str] = set()
         self._created: set[str] = set()
@@ -279,7 +281,7 @@ class KubernetesBackend(BaseBackend):
             )  # fmt: skip
             created = await self._call(
                 f"create pod {plan.name}",
-                lambda: rest.request("POST", f"{self.path}/pods", "create pod", body=pod_body),
+                lambda: self._post_pod(rest, plan.name, pod_body),
                 paced=True,
             )
         except FirepoolError:
@@ -290,6 +292,11 @@ class KubernetesBackend(BaseBackend):
             raise
         self.cache.put(created)
         return self._record(created)
+
+    def _post_pod(self, rest: Rest, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.on_issue is not None:
+            self.on_issue(name)
+        return rest.request("POST", f"{self.path}/pods", "create pod", body=body)
 
     def _record(self, pod: dict[str, Any]) -> PodRecord:
         name = str((pod.get("metadata") or {}).get("name") or "")

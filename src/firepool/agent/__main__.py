@@ -13,6 +13,7 @@ SIGTERM (or SIGINT) makes the agent kill every process of the pod and exit.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import logging
 import os
@@ -27,6 +28,19 @@ from firepool.agent.zygote import set_subreaper, start_process
 
 #: Where `--config-env` finds the agent's secret (see backends/kubernetes/spec.py).
 SECRET_ENV = "FIREPOOL_AGENT_SECRET"
+_PR_SET_DUMPABLE = 4
+
+
+def _hide_environment() -> None:
+    """In a container the jobs run under the agent's own uid, and /proc/<agent>/environ still
+    holds the secret the agent was started with. A non-dumpable process's /proc files belong
+    to root, so the jobs cannot read it. Done after the zygote started: it is a fresh exec,
+    dumpable as usual, and never had the secret."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: nothing to hide it from
+        pass
 
 
 def main(argv: list[str]) -> int:
@@ -46,6 +60,8 @@ def main(argv: list[str]) -> int:
     # The warm interpreter starts now and imports its modules while we import pydantic: the
     # two start-ups overlap. Mounts made below are still seen by it (same mount namespace).
     zygote = start_process(list(raw.get("preload_modules", ())))
+    if args.config_env:
+        _hide_environment()
     from firepool.agent.runtime import Agent
     from firepool.agent.server import AgentHTTPServer
     from firepool.protocol import AgentConfig

@@ -26,7 +26,10 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8321, help="Port to listen on (0: any free port)."),
     store: str | None = typer.Option(
-        None, "--store", help="postgresql://... or mysql://...; default: SQLite in the data dir."
+        None,
+        "--store",
+        envvar="FIREPOOL_STORE_URL",
+        help="postgresql://... or mysql://...; default: SQLite in the data dir.",
     ),
     catalog: Path | None = typer.Option(None, "--catalog", help="Pool catalog (TOML or YAML)."),
     fake_gpus: int = typer.Option(0, "--fake-gpus", help="Pretend this many GPUs exist."),

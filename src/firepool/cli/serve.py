@@ -131,7 +131,7 @@ token_app = typer.Typer(no_args_is_help=True, help="Manage caller tokens.")
 def token_create(
     name: str = typer.Argument(..., help="The caller this token authenticates."),
     data_dir: Path | None = typer.Option(None, "--data-dir"),
-    store: str | None = typer.Option(None, "--store"),
+    store: str | None = typer.Option(None, "--store", envvar="FIREPOOL_STORE_URL"),
 ) -> None:
     """Mint a token for a caller and print it (only its hash is stored)."""
     from firepool.api.auth import issue_token

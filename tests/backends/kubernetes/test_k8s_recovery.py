@@ -101,6 +101,19 @@ def test_relist_reports_pods_deleted_while_unwatched() -> None:
     assert "b" in cache.gone
 
 
+def test_a_list_older_than_our_own_create_does_not_lose_the_pod() -> None:
+    cache = PodCache()
+    cache.put(running("made-while-listing", rv="30"))  # our create's answer
+    cache.put(running("patched", rv="31"))
+    changes = cache.replace([running("patched", rv="20")], version="25")
+    assert changes == []
+    assert cache.pods["patched"]["metadata"]["resourceVersion"] == "31"
+    assert "made-while-listing" in cache.pods
+    # a list newer than the pod does say it is gone
+    gone = cache.replace([], version="40")
+    assert {c.name for c in gone} == {"made-while-listing", "patched"}
+
+
 def test_watch_events_in_order_and_stale_ones_dropped() -> None:
     cache = PodCache()
     assert cache.apply("ADDED", pod("a", rv="10")) is not None

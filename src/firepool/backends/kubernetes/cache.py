@@ -46,20 +46,27 @@ class PodCache:
         self.gone: dict[str, Observed] = {}
         self.synced = False
 
-    def replace(self, items: Iterable[dict[str, Any]]) -> list[Change]:
-        """A full list: the new truth. Returns a change for every pod that is new, changed or
-        gone, so waiters wake even for updates the broken watch never delivered."""
+    def replace(self, items: Iterable[dict[str, Any]], version: str = "") -> list[Change]:
+        """A full list taken at resourceVersion `version`: the new truth, except for pods we
+        hold in a newer version than the list (created or patched while it was in flight).
+        Returns a change for every pod that is new, changed or gone, so waiters wake even for
+        updates the broken watch never delivered."""
         now = self.clock()
+        listed = resource_version({"metadata": {"resourceVersion": version}})
         fresh = {pod_name(p): p for p in items if pod_name(p)}
         changes: list[Change] = []
         for name in list(self.pods):
             if name not in fresh:
+                if listed and resource_version(self.pods[name]) > listed:
+                    continue  # newer than the list: it was not gone, the list was early
                 last = self.pods.pop(name)
                 seen = observe(last, deleted=True)
                 self.gone[name] = seen
                 changes.append(Change(name, seen, True, now))
         for name, pod in fresh.items():
             old = self.pods.get(name)
+            if old is not None and resource_version(old) > resource_version(pod):
+                continue
             self.pods[name] = pod
             self.gone.pop(name, None)
             if old is None or resource_version(old) != resource_version(pod):

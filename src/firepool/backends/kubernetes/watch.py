@@ -23,7 +23,7 @@ from firepool.backends.kubernetes.rest import Rest
 
 log = logging.getLogger("firepool.backends.kubernetes.watch")
 
-ListHandler = Callable[[list[dict[str, Any]]], None]
+ListHandler = Callable[[list[dict[str, Any]], str], None]
 EventHandler = Callable[[str, dict[str, Any]], None]
 
 
@@ -53,6 +53,7 @@ class PodWatcher:
         self.resync_s = resync_s
         self.page = page
         self.version: str | None = None
+        self.listed_at = 0.0
         self.lists = 0
         self.relists_after_gone = 0
         self._stop = threading.Event()
@@ -60,7 +61,12 @@ class PodWatcher:
         self._thread = threading.Thread(target=self._run, name="k8s-pod-watch", daemon=True)
         self._rng = random.Random()
 
-    def start(self) -> None:
+    def start(self, version: str | None = None) -> None:
+        """Start watching; from `version` if the caller already listed (and handled) the pods."""
+        if version:
+            self.version = version
+            self.listed_at = time.monotonic()
+            self.lists += 1
         self._thread.start()
 
     def stop(self) -> None:
@@ -94,14 +100,14 @@ class PodWatcher:
 
     def _run(self) -> None:
         failures = 0
-        listed_at = 0.0
         while not self._stop.is_set():
             try:
-                if self.version is None or time.monotonic() - listed_at > self.resync_s:
-                    items, self.version = self.list_all()
-                    listed_at = time.monotonic()
+                if self.version is None or time.monotonic() - self.listed_at > self.resync_s:
+                    items, version = self.list_all()
+                    self.version = version
+                    self.listed_at = time.monotonic()
                     self.lists += 1
-                    self.on_list(items)
+                    self.on_list(items, version)
                 self._watch_once()
                 failures = 0
             except Gone:

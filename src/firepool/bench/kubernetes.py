@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import resource
 import secrets
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -31,7 +32,7 @@ from firepool.backends.kubernetes import KubernetesBackend, KubernetesSettings
 from firepool.backends.kubernetes.cache import Change
 from firepool.backends.kubernetes.status import Phase
 from firepool.bench.common import machine, percentile, print_table, write_json
-from firepool.model import PoolSpec
+from firepool.model import FirepoolError, PoolSpec
 from firepool.testing.kwok import (
     ensure_namespace,
     ensure_node,
@@ -166,7 +167,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: Sequence[str]) -> int:
     args = parse(argv)
-    result = asyncio.run(run(args))
+    try:
+        result = asyncio.run(run(args))
+    except FirepoolError as err:
+        print(f"kubernetes benchmark: {err.code.value}: {err.message}", file=sys.stderr)
+        return 2
     print_table(
         f"Kubernetes backend: {result['pods']} pods on {result['nodes']} kwok nodes",
         [

@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from firepool.backends.kubernetes.errors import from_status
+from firepool.backends.kubernetes.errors import from_status, map_exception
 from firepool.model import ConfigError
 
 _IN_CLUSTER_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -88,9 +88,12 @@ class Rest:
         body: Any = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        """One call; its JSON answer, or a typed BackendError for any non-2xx status."""
-        response = self._send(method, path, query=query, body=body, content_type=content_type)
-        data = response.read()
+        """One call; its JSON answer, or a typed BackendError for any failure."""
+        try:
+            response = self._send(method, path, query=query, body=body, content_type=content_type)
+            data = response.read()
+        except Exception as exc:  # transport and client errors, typed like any other failure
+            raise map_exception(exc, what) from None
         if not 200 <= response.status <= 299:
             raise from_status(response.status, data, what, response.headers)
         parsed = json.loads(data) if data else {}
@@ -100,9 +103,12 @@ class Rest:
         self, path: str, query: list[tuple[str, str]], timeout_s: int
     ) -> tuple[Any, Iterator[dict[str, Any]]]:
         """Open a watch stream; returns (the raw response, to close it) and its events."""
-        response = self._send(
-            "GET", path, query=[*query, ("watch", "true")], timeout=(10.0, timeout_s + 30.0)
-        )
+        try:
+            response = self._send(
+                "GET", path, query=[*query, ("watch", "true")], timeout=(10.0, timeout_s + 30.0)
+            )
+        except Exception as exc:
+            raise map_exception(exc, "watch pods") from None
         if not 200 <= response.status <= 299:
             data = response.read()
             raise from_status(response.status, data, "watch pods")

@@ -76,7 +76,7 @@ class KubernetesBackend(BaseBackend):
         self._secrets: dict[str, str] = {}
         self._deleting: set[str] = set()
         self._created: set[str] = set()
-        self._waiters: dict[str, asyncio.Event] = {}
+        self._waiters: dict[str, set[asyncio.Event]] = {}
         self._bucket = TokenBucket(settings.qps, settings.burst)
         self._pool = ThreadPoolExecutor(settings.api_threads, thread_name_prefix="k8s-api")
         self._rest: Rest | None = None
@@ -173,8 +173,7 @@ class KubernetesBackend(BaseBackend):
     def _changed(self, change: Change) -> None:
         if change.deleted:
             self._deleting.discard(change.name)
-        waiter = self._waiters.get(change.name)
-        if waiter is not None:
+        for waiter in self._waiters.get(change.name, ()):
             waiter.set()
         if self.on_change is not None:
             self.on_change(change)
@@ -320,7 +319,8 @@ class KubernetesBackend(BaseBackend):
 
     async def _observed(self, name: str, deadline: float) -> Observed:
         """Wait until the pod is ready or will never be; raise for the latter."""
-        waiter = self._waiters.setdefault(name, asyncio.Event())
+        waiter = asyncio.Event()
+        self._waiters.setdefault(name, set()).add(waiter)
         try:
             while True:
                 waiter.clear()
@@ -344,7 +344,11 @@ class KubernetesBackend(BaseBackend):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waiter.wait(), left)
         finally:
-            self._waiters.pop(name, None)
+            waiting = self._waiters.get(name)
+            if waiting is not None:
+                waiting.discard(waiter)
+                if not waiting:
+                    del self._waiters[name]
 
     async def _check_alive(self, name: str) -> None:
         pod = self.cache.pods.get(name)

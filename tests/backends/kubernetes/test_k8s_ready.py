@@ -108,3 +108,14 @@ def test_foreign_pods_are_not_adopted() -> None:
     backend = KubernetesBackend(KubernetesSettings())
     backend._on_list([pod("web-1", labels={"app": "web"}), ours(pod, "p")], "1")
     assert set(backend.cache.pods) == {"p"}
+
+
+def test_a_closed_backend_refuses_calls() -> None:
+    backend = KubernetesBackend(KubernetesSettings())
+
+    async def go() -> None:
+        await backend.close()
+        with pytest.raises(BackendError):
+            await backend.list_pods()
+
+    asyncio.run(go())

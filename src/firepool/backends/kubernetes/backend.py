@@ -84,6 +84,7 @@ class KubernetesBackend(BaseBackend):
         self._watcher: PodWatcher | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._start_lock = asyncio.Lock()
+        self._closed = False
         self._capabilities = BackendCapabilities(
             name="kubernetes",
             private_scratch=True,  # each pod is its own container
@@ -105,6 +106,10 @@ class KubernetesBackend(BaseBackend):
 
     async def start(self) -> None:
         """Connect, list, and start watching; idempotent. Every other call starts it."""
+        if self._watcher is not None:
+            return
+        if self._closed:
+            raise BackendError("the Kubernetes backend is closed")
         async with self._start_lock:
             if self._watcher is not None:
                 return
@@ -143,7 +148,9 @@ class KubernetesBackend(BaseBackend):
         return forward
 
     async def close(self) -> None:
-        """Stop watching and release connections; pods are left running (they stay warm)."""
+        """Stop watching and release connections; pods are left running (they stay warm).
+        Final: a closed backend refuses further calls with a BackendError."""
+        self._closed = True
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             await asyncio.get_running_loop().run_in_executor(None, watcher.stop)

@@ -7,7 +7,7 @@ STAMP_BASE := $(VENV)/.installed-base
 STAMP_TEST := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test test-k8s lint typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,13 @@ test: $(STAMP_TEST)
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Integration tests of the Kubernetes backend against a real API server (etcd, kube-apiserver,
+# kube-scheduler and kwok); `make test` deselects them. See docs/kubernetes.md.
+test-k8s: $(STAMP_TEST)
+	@test -n "$$FIREPOOL_TEST_KUBECONFIG" || { \
+		echo "make test-k8s: set FIREPOOL_TEST_KUBECONFIG to the test cluster's kubeconfig"; exit 2; }
+	$(BIN)/python -m pytest -m k8s tests/k8s $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,5 +1,9 @@
 """`python -m firepool.agent --config FILE [--listen-fd N]`: run the pod agent.
 
+On Kubernetes the agent runs as `--config-env VAR` instead: its config is JSON in `VAR` and its
+secret comes from `FIREPOOL_AGENT_SECRET`, which the pod fills from a Secret (secretKeyRef), so
+the secret is in neither the pod spec nor a file the job could read from the image.
+
 The backend passes an already-listening socket (`--listen-fd`), so the agent's URL is known
 before the agent has even started and no port can be lost to a race; without it the agent
 binds the configured host/port itself and writes the port to `<pod_dir>/agent.port`.
@@ -9,6 +13,7 @@ SIGTERM (or SIGINT) makes the agent kill every process of the pod and exit.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import logging
 import os
@@ -21,17 +26,42 @@ from types import FrameType
 
 from firepool.agent.zygote import set_subreaper, start_process
 
+#: Where `--config-env` finds the agent's secret (see backends/kubernetes/spec.py).
+SECRET_ENV = "FIREPOOL_AGENT_SECRET"
+_PR_SET_DUMPABLE = 4
+
+
+def _hide_environment() -> None:
+    """In a container the jobs run under the agent's own uid, and /proc/<agent>/environ still
+    holds the secret the agent was started with. A non-dumpable process's /proc files belong
+    to root, so the jobs cannot read it. Done after the zygote started: it is a fresh exec,
+    dumpable as usual, and never had the secret."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: nothing to hide it from
+        pass
+
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m firepool.agent")
-    parser.add_argument("--config", required=True)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config")
+    source.add_argument("--config-env", help="read the config (JSON) from this variable")
     parser.add_argument("--listen-fd", type=int, default=None)
     args = parser.parse_args(argv)
-    raw = json.loads(Path(args.config).read_text())
+    if args.config_env:
+        raw = json.loads(os.environ.pop(args.config_env))
+        raw["secret"] = os.environ.pop(SECRET_ENV)  # not inherited by the pod's jobs
+        Path(raw["pod_dir"]).mkdir(parents=True, exist_ok=True)
+    else:
+        raw = json.loads(Path(args.config).read_text())
     set_subreaper()
     # The warm interpreter starts now and imports its modules while we import pydantic: the
     # two start-ups overlap. Mounts made below are still seen by it (same mount namespace).
     zygote = start_process(list(raw.get("preload_modules", ())))
+    if args.config_env:
+        _hide_environment()
     from firepool.agent.runtime import Agent
     from firepool.agent.server import AgentHTTPServer
     from firepool.protocol import AgentConfig

@@ -51,6 +51,10 @@ class PodCreate(StrictModel):
     #: Where the agent pushes exit events (`protocol.ExitEvent`), None = only polled.
     callback_url: str | None = None
     name: str | None = None
+    #: A standby's active pod (its group): the backend places the standby beside it.
+    group: str | None = None
+    #: The job's own image for a `custom_image` pod; None = the pool's image.
+    image: str | None = None
 
 
 class PodRecord(StrictModel):
@@ -67,6 +71,9 @@ class PodRecord(StrictModel):
     annotations: dict[str, str] = Field(default_factory=dict)
     #: False when the pod's process is gone (found on disk after a restart, or crashed).
     alive: bool = True
+    #: Where other pods reach this one (torchrun's MASTER_ADDR is rank 0's address): the pod
+    #: IP on Kubernetes, "" until it has one; loopback for local pods.
+    address: str = "127.0.0.1"
 
 
 @runtime_checkable

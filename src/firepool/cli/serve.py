@@ -6,11 +6,15 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from firepool.client.config import default_data_dir
 from firepool.model import FirepoolError
+
+if TYPE_CHECKING:
+    from firepool.backends.kubernetes import KubernetesSettings
 
 log = logging.getLogger("firepool.serve")
 
@@ -22,7 +26,10 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8321, help="Port to listen on (0: any free port)."),
     store: str | None = typer.Option(
-        None, "--store", help="postgresql://... or mysql://...; default: SQLite in the data dir."
+        None,
+        "--store",
+        envvar="FIREPOOL_STORE_URL",
+        help="postgresql://... or mysql://...; default: SQLite in the data dir.",
     ),
     catalog: Path | None = typer.Option(None, "--catalog", help="Pool catalog (TOML or YAML)."),
     fake_gpus: int = typer.Option(0, "--fake-gpus", help="Pretend this many GPUs exist."),
@@ -31,8 +38,22 @@ def serve(
         False, "--delete-pods", help="Delete every pod on shutdown (default: keep them warm)."
     ),
     log_level: str = typer.Option("info", "--log-level"),
+    backend: str = typer.Option("local", "--backend", help="Pods: local processes or kubernetes."),
+    namespace: str = typer.Option(
+        "default", "--namespace", help="Kubernetes namespace of the pods (--backend kubernetes)."
+    ),
+    kubeconfig: str | None = typer.Option(
+        None, "--kubeconfig", help="Kubeconfig file; default: in-cluster config inside a pod."
+    ),
+    pod_templates: Path | None = typer.Option(
+        None, "--pod-templates", help="Per-pool Kubernetes placement (YAML or TOML)."
+    ),
+    api_qps: float = typer.Option(
+        100.0, "--api-qps", help="Pod creates+deletes per second against the API server."
+    ),
+    agent_port: int = typer.Option(7070, "--agent-port", help="The pods' agent port."),
 ) -> None:
-    """Run the broker: API, dispatcher, scaler and local pods, until SIGINT or SIGTERM."""
+    """Run the broker: API, dispatcher, scaler and pods, until SIGINT or SIGTERM."""
     from firepool.service import logs
     from firepool.service.catalog import load_catalog
     from firepool.service.embedded import EmbeddedBroker
@@ -40,9 +61,16 @@ def serve(
     logs.configure(log_level)
     if isolation not in ("auto", "private", "weak"):
         raise typer.BadParameter("choose auto, private or weak", param_hint="--isolation")
+    if backend not in ("local", "kubernetes"):
+        raise typer.BadParameter("choose local or kubernetes", param_hint="--backend")
     root = data_dir or default_data_dir()
     try:
         pools = load_catalog(catalog) if catalog else None
+        cluster = (
+            kubernetes_settings(namespace, kubeconfig, pod_templates, api_qps, agent_port)
+            if backend == "kubernetes"
+            else None
+        )
     except FirepoolError as err:
         typer.echo(f"error: {err.message}", err=True)
         raise typer.Exit(2) from None
@@ -63,6 +91,8 @@ def serve(
             fake_devices=fakes,
             delete_pods_on_exit=delete_pods,
             tune_gc=True,
+            backend="kubernetes" if cluster is not None else "local",
+            kubernetes=cluster,
         ) as broker:
             log.info("serving on %s (data dir %s); token in %s", broker.url, root, root / "token")
             typer.echo(f"firepool serving on {broker.url}", err=True)
@@ -72,6 +102,28 @@ def serve(
     asyncio.run(run())
 
 
+def kubernetes_settings(
+    namespace: str,
+    kubeconfig: str | None,
+    templates: Path | None,
+    qps: float,
+    agent_port: int,
+) -> KubernetesSettings:
+    """`--backend kubernetes` options as the backend's settings (typed errors name the flag's
+    field)."""
+    from firepool.backends.kubernetes import KubernetesSettings, Templates
+    from firepool.backends.kubernetes.settings import load_templates
+
+    return KubernetesSettings(
+        namespace=namespace,
+        kubeconfig=kubeconfig,
+        qps=qps,
+        burst=max(1, int(qps)),
+        agent_port=agent_port,
+        templates=load_templates(templates) if templates else Templates(),
+    )
+
+
 token_app = typer.Typer(no_args_is_help=True, help="Manage caller tokens.")
 
 
@@ -79,7 +131,7 @@ token_app = typer.Typer(no_args_is_help=True, help="Manage caller tokens.")
 def token_create(
     name: str = typer.Argument(..., help="The caller this token authenticates."),
     data_dir: Path | None = typer.Option(None, "--data-dir"),
-    store: str | None = typer.Option(None, "--store"),
+    store: str | None = typer.Option(None, "--store", envvar="FIREPOOL_STORE_URL"),
 ) -> None:
     """Mint a token for a caller and print it (only its hash is stored)."""
     from firepool.api.auth import issue_token

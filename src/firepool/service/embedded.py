@@ -13,15 +13,17 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import uvicorn
 
 from firepool.api.app import create_app
 from firepool.api.auth import issue_token
 from firepool.api.logs import FileLogSource
+from firepool.backends.base import PodBackend
 from firepool.backends.local import IsolationChoice, LocalBackend
 from firepool.control.budgets import BudgetLedger
+from firepool.model import ConfigError
 from firepool.packages.disk import DiskPackageStore
 from firepool.service.broker import Broker, BrokerConfig
 from firepool.service.catalog import Catalog, machine_catalog
@@ -30,7 +32,34 @@ from firepool.service.tuning import tune_gc_for_serving
 from firepool.store import SqlJobStore, open_store
 from firepool.store.tokens import hash_token
 
+if TYPE_CHECKING:
+    from firepool.backends.kubernetes import KubernetesSettings
+
 DEFAULT_CALLER = "local"
+
+BackendKind = Literal["local", "kubernetes"]
+
+
+def build_backend(
+    kind: str,
+    pods_dir: Path,
+    *,
+    isolation: IsolationChoice = "auto",
+    fake_devices: Sequence[str] | None = None,
+    faults: Sequence[str] = (),
+    kubernetes: KubernetesSettings | None = None,
+) -> PodBackend:
+    """The one place that chooses the pod backend (`firepool serve --backend`).
+
+    The Kubernetes backend is imported only when chosen, so local use never loads the
+    cluster client."""
+    if kind == "kubernetes":
+        from firepool.backends.kubernetes import KubernetesBackend, KubernetesSettings
+
+        return KubernetesBackend(kubernetes or KubernetesSettings())
+    if kind != "local":
+        raise ConfigError(f"unknown backend {kind!r}: choose local or kubernetes", field="backend")
+    return LocalBackend(pods_dir, isolation=isolation, fake_devices=fake_devices, faults=faults)
 
 
 class EmbeddedBroker:
@@ -49,6 +78,8 @@ class EmbeddedBroker:
         faults: Sequence[str] = (),
         delete_pods_on_exit: bool = True,
         tune_gc: bool = False,
+        backend: BackendKind = "local",
+        kubernetes: KubernetesSettings | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.store_url = store_url
@@ -62,6 +93,8 @@ class EmbeddedBroker:
         self.faults = tuple(faults)
         self.delete_pods_on_exit = delete_pods_on_exit
         self.tune_gc = tune_gc  # for a process that is the broker (firepool serve)
+        self.backend_kind: BackendKind = backend
+        self.kubernetes = kubernetes
         self.url = ""
         self.token = ""
 
@@ -72,15 +105,17 @@ class EmbeddedBroker:
         )
         self.packages = DiskPackageStore(self.data_dir / "packages")
         logs = FileLogSource(self.data_dir / "logs")
-        self.backend = LocalBackend(
+        self.backend = build_backend(
+            self.backend_kind,
             self.data_dir / "pods",
             isolation=self.isolation,
             fake_devices=self.fake_devices,
             faults=self.faults,
+            kubernetes=self.kubernetes,
         )
         if self.catalog is None:
             models: dict[str, int] = {}
-            for device in self.backend.devices:
+            for device in getattr(self.backend, "devices", ()):  # local GPUs; none on a cluster
                 models[device.model] = models.get(device.model, 0) + 1
             self.catalog = machine_catalog(models)
         self.broker = Broker(

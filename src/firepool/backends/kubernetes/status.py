@@ -1,0 +1,133 @@
+"""What a pod's Kubernetes status means for the broker: one pure function, `observe`.
+
+Kubernetes spreads a pod's fate over the phase, conditions, container states, the pod's
+`reason` and its deletion timestamp. The broker needs fewer answers: still coming up, ready,
+never going to run (unschedulable, bad image), or gone (failed, OOM-killed, evicted, deleted,
+its node lost). Each answer carries the Kubernetes reason so logs and errors say why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Phase(StrEnum):
+    PENDING = "pending"  # accepted, not yet scheduled or not yet started
+    STARTING = "starting"  # scheduled and running, container not ready yet
+    READY = "ready"  # container ready (agent health is checked by the backend)
+    UNSCHEDULABLE = "unschedulable"  # the scheduler found no node
+    IMAGE_FAILED = "image_failed"  # the image cannot be pulled or is invalid
+    FAILED = "failed"  # the container ended: crashed, OOM-killed, evicted...
+    LOST = "lost"  # deleted, or its node is gone
+
+
+#: Waiting reasons that will not fix themselves while the pod lives.
+_IMAGE_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+)
+_CONFIG_REASONS = frozenset({"CreateContainerConfigError", "CreateContainerError"})
+#: A node controller or the kubelet said the node is unreachable.
+_NODE_LOST_REASONS = frozenset({"NodeLost", "NodeShutdown", "Terminated"})
+_NODE_NOT_READY_REASONS = frozenset({"NodeNotReady", "NodeLost"})
+
+
+@dataclass(frozen=True)
+class Observed:
+    phase: Phase
+    reason: str = ""
+    message: str = ""
+    node: str | None = None
+    ip: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """The pod will never (again) be ready."""
+        return self.phase in (Phase.UNSCHEDULABLE, Phase.IMAGE_FAILED, Phase.FAILED, Phase.LOST)
+
+    @property
+    def alive(self) -> bool:
+        return self.phase in (Phase.PENDING, Phase.STARTING, Phase.READY)
+
+
+def _conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c.get("type", ""): c for c in status.get("conditions") or [] if isinstance(c, dict)}
+
+
+def _container_statuses(status: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in status.get("containerStatuses") or [] if isinstance(c, dict)]
+
+
+def observe(pod: dict[str, Any], *, deleted: bool = False) -> Observed:
+    """The broker's view of a pod object (the API's JSON). `deleted`: a DELETED watch event."""
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    node = spec.get("nodeName") or None
+    ip = status.get("podIP") or None
+
+    def seen(phase: Phase, reason: str = "", message: str = "") -> Observed:
+        return Observed(phase, reason, message, node, ip)
+
+    if deleted:
+        return seen(Phase.LOST, "Deleted", "the pod was deleted")
+    if metadata.get("deletionTimestamp"):
+        return seen(Phase.LOST, "Terminating", "the pod is being deleted")
+    phase = status.get("phase") or "Pending"
+    reason = status.get("reason") or ""
+    message = status.get("message") or ""
+    if reason == "Evicted":
+        return seen(Phase.FAILED, "Evicted", message)
+    if reason in _NODE_LOST_REASONS or reason == "NodeAffinity":
+        return seen(Phase.LOST, reason, message)
+    for cs in _container_statuses(status):
+        terminated = (cs.get("state") or {}).get("terminated")
+        if terminated:
+            why = terminated.get("reason") or "Terminated"
+            code = terminated.get("exitCode")
+            text = terminated.get("message") or f"container exited with {code}"
+            return seen(Phase.FAILED, why, text)
+        waiting = (cs.get("state") or {}).get("waiting")
+        if waiting:
+            why = waiting.get("reason") or ""
+            if why in _IMAGE_REASONS:
+                return seen(Phase.IMAGE_FAILED, why, waiting.get("message") or "")
+            if why in _CONFIG_REASONS:
+                return seen(Phase.FAILED, why, waiting.get("message") or "")
+            if why == "CrashLoopBackOff":
+                return seen(Phase.FAILED, why, waiting.get("message") or "")
+    if phase in ("Failed", "Succeeded"):
+        return seen(Phase.FAILED, reason or phase, message)
+    if phase == "Unknown":
+        return seen(Phase.LOST, reason or "NodeLost", message or "the pod's node stopped reporting")
+    conditions = _conditions(status)
+    scheduled = conditions.get("PodScheduled")
+    if scheduled and scheduled.get("status") == "False":
+        why = scheduled.get("reason") or ""
+        if why == "Unschedulable":
+            return seen(Phase.UNSCHEDULABLE, why, scheduled.get("message") or "")
+        return seen(Phase.PENDING, why, scheduled.get("message") or "")
+    ready = conditions.get("Ready")
+    if ready and (
+        ready.get("status") == "Unknown" or ready.get("reason") in _NODE_NOT_READY_REASONS
+    ):
+        # The node lifecycle controller marks every pod of an unreachable node this way.
+        return seen(Phase.LOST, ready.get("reason") or "NodeLost", ready.get("message") or "")
+    if phase == "Running":
+        statuses = _container_statuses(status)
+        if statuses and all(cs.get("ready") for cs in statuses):
+            return seen(Phase.READY)
+        return seen(Phase.STARTING, (ready or {}).get("reason") or "", "")
+    return seen(Phase.PENDING, reason, message)
+
+
+def node_lost(node: dict[str, Any]) -> bool:
+    """A node whose Ready condition is Unknown (it stopped reporting) or that is being
+    deleted: its pods are lost even before the API server says so about each one."""
+    if (node.get("metadata") or {}).get("deletionTimestamp"):
+        return True
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            return cond.get("status") == "Unknown"
+    return False

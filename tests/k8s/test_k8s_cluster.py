@@ -121,9 +121,9 @@ def test_gpu_pods_land_on_gpu_nodes_and_standbys_beside_them(
 def test_unschedulable_pool_is_a_typed_error_and_releases_the_budget(
     settings: KubernetesSettings,
 ) -> None:
-    from firepool.control.admission import CreateOrder
+    from firepool.control.actions import CreatePod, DeletePod
     from firepool.control.budgets import BudgetLedger
-    from firepool.control.tracker import Tracker
+    from firepool.control.core import BrokerCore
     from firepool.service.pods import PodManager
 
     async def go() -> None:
@@ -136,25 +136,21 @@ def test_unschedulable_pool_is_a_typed_error_and_releases_the_budget(
             assert err.value.field == "pool" and "Insufficient cpu" in err.value.message
             await backend.delete("huge-0")
 
-            # Through the broker's own pod manager: the reservation comes back.
-            tracker = Tracker([HUGE])
+            # Through the broker core and its pod manager: the reservation comes back.
+            floor = HUGE.model_copy(update={"min_count": 1})
             ledger = BudgetLedger({"cpu": 20_000})
-            assert ledger.try_reserve("cpu", "huge-1", HUGE.units_per_pod)
-            tracker.add_pod("huge-1", "huge", time.time())
-            manager = PodManager(
-                backend,
-                tracker,
-                ledger,
-                clock=time.time,
-                on_ready=lambda: None,
-                on_promotions=lambda promoted: None,
-                callback_url=lambda: None,
-                ready_timeout_s=60,
-            )
-            order = CreateOrder("huge-1", "huge", PodRole.ACTIVE, None, "huge-1")
-            await manager.create(order, HUGE)
+            core = BrokerCore([floor], ledger, new_name=lambda _pool: "huge-1")
+            manager = PodManager(backend, callback_url=lambda: None, ready_timeout_s=60)
+            (create,) = core.reconcile("huge", time.time())
+            assert isinstance(create, CreatePod) and ledger.used("cpu") > 0
+            with pytest.raises(PodUnschedulableError):
+                await manager.create(create.order, floor, create.peer)
+            (delete,) = core.pod_failed("huge-1", time.time())
+            assert isinstance(delete, DeletePod)
+            await manager.delete(delete.pod)
+            core.pod_deleted(delete.pod, time.time())
             assert ledger.used("cpu") == 0
-            assert tracker.get("huge-1") is None
+            assert core.tracker.get("huge-1") is None
         finally:
             await backend.delete_all()
             await backend.close()

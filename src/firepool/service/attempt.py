@@ -178,7 +178,9 @@ class AttemptRunner:
                 argv=list(spec.command),
                 env=dict(spec.env),
                 topology_env={
-                    **_topology_env(_topology(job), rank, len(lease.pods), port),
+                    **_topology_env(
+                        _topology(job), rank, len(lease.pods), port, self._master(lease)
+                    ),
                     **extra_env,
                 },
                 package=package,
@@ -187,6 +189,11 @@ class AttemptRunner:
             )
         )
         return response.started_at
+
+    def _master(self, lease: Lease) -> str:
+        """Rank 0's address, which every rank rendezvouses at (a pod IP on a cluster)."""
+        record = self.pods.records.get(lease.pods[0].name)
+        return record.address if record is not None and record.address else "127.0.0.1"
 
     async def _wait_exit(self, running: Running) -> AttemptEnd:
         """Every rank's exit event; a cancel or one rank's failure stops the others."""
@@ -367,13 +374,15 @@ def _free_port() -> int:
         return port
 
 
-def _topology_env(topology: Topology, rank: int, world: int, port: int) -> dict[str, str]:
+def _topology_env(
+    topology: Topology, rank: int, world: int, port: int, master: str
+) -> dict[str, str]:
     """Rank and rendezvous variables the executor injects (callers may not set them)."""
     if topology is Topology.NONE:
         return {}
     if topology is Topology.TORCHRUN:
         return {
-            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_ADDR": master,
             "MASTER_PORT": str(port),
             "RANK": str(rank),
             "WORLD_SIZE": str(world),

@@ -72,10 +72,16 @@ class PodManager:
                 annotations=pod_annotations.starting(order),
                 callback_url=self.callback_url(),
                 name=order.pod,
+                group=peer if order.holder is None else None,
+                image=order.image,
             )
         )
         self.records[order.pod] = created
         await self.backend.wait_ready(order.pod, timeout=self.ready_timeout_s)
+        # A cluster pod learns its address (and its agent's URL) only once it runs.
+        ready = await self.backend.get(order.pod)
+        if ready is not None:
+            self.records[order.pod] = ready
 
     async def delete(self, name: str) -> None:
         """Delete through the backend (idempotent); failures are logged, never raised, so the

@@ -9,6 +9,7 @@ is refused the same way whether it comes from a catalog file, the API or a simul
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar
 
@@ -588,3 +589,21 @@ def parse_attempt_id(value: str) -> tuple[str, int]:
     if not sep or not job_id or not retry.isdigit():
         raise RequestValidationError(f"bad attempt id {value!r}", field="attempt")
     return job_id, int(retry)
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """One pod as the broker tracks it (the route hides other callers' sessions)."""
+
+    name: str
+    pool: str
+    role: str
+    state: str
+    owner: str | None
+    queue: str | None
+    tag: str | None
+    group: str | None
+    job: str | None
+    hold_until: float
+    created_at: float
+    isolation: str = ""

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 import httpx
 import sqlalchemy as sa
 
-from firepool.api import FileLogSource
+from firepool.api.hooks import NoHooks
 from firepool.model import PoolSpec
 from firepool.packages import DiskPackageStore
 from firepool.store import JobRecord, SqlJobStore
+from firepool.store.logs import FileLogStorage
 from firepool.store.schema import jobs
 
 POOLS = [
@@ -20,7 +21,9 @@ POOLS = [
 
 
 @dataclass
-class RecordingHooks:
+class RecordingHooks(NoHooks):
+    """No broker behind the API: records the signals it would have sent."""
+
     submitted: list[str] = field(default_factory=list)
     cancels: list[str] = field(default_factory=list)
 
@@ -36,7 +39,7 @@ class Api:
     url: str
     store: SqlJobStore
     packages: DiskPackageStore
-    logs: FileLogSource
+    logs: FileLogStorage
     hooks: RecordingHooks
     alice: httpx.Client
     bob: httpx.Client

@@ -10,10 +10,11 @@ import pytest
 from api_harness import POOLS, Api, RecordingHooks
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from firepool.api import FileLogSource, create_app, issue_token
+from firepool.api import create_app, issue_token
 from firepool.api.server import ServedApp
 from firepool.packages import DiskPackageStore
 from firepool.store import open_store
+from firepool.store.logs import FileLogStorage
 
 
 class Switch:
@@ -43,7 +44,7 @@ def api(tmp_path: Path, server: tuple[ServedApp, Switch, httpx.HTTPTransport]) -
     served, switch, transport = server
     store = open_store(data_dir=tmp_path)
     packages = DiskPackageStore(tmp_path / "packages", max_bytes=256 * 1024)
-    logs = FileLogSource(tmp_path / "logs")
+    logs = FileLogStorage(tmp_path / "logs")
     hooks = RecordingHooks()
     switch.app = create_app(
         store, packages, POOLS, hooks=hooks, logs=logs, json_body_bytes=64 * 1024

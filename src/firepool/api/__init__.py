@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from firepool.api.app import create_app
     from firepool.api.auth import TokenAuthenticator, issue_token
+    from firepool.api.context import LogSource
     from firepool.api.hooks import BrokerHooks, NoHooks
-    from firepool.api.logs import FileLogSource, LogChunk, LogSource
 
 _WHERE = {
     "create_app": "firepool.api.app",
@@ -21,15 +21,11 @@ _WHERE = {
     "issue_token": "firepool.api.auth",
     "BrokerHooks": "firepool.api.hooks",
     "NoHooks": "firepool.api.hooks",
-    "FileLogSource": "firepool.api.logs",
-    "LogChunk": "firepool.api.logs",
-    "LogSource": "firepool.api.logs",
+    "LogSource": "firepool.api.context",
 }
 
 __all__ = [
     "BrokerHooks",
-    "FileLogSource",
-    "LogChunk",
     "LogSource",
     "NoHooks",
     "TokenAuthenticator",

@@ -17,15 +17,15 @@ from fastapi import FastAPI
 
 from firepool.api import errors
 from firepool.api.auth import TokenAuthenticator
-from firepool.api.context import SECURITY_SCHEME, ApiContext
+from firepool.api.context import SECURITY_SCHEME, ApiContext, LogSource
 from firepool.api.hooks import BrokerHooks, NoHooks
 from firepool.api.limits import DEFAULT_JSON_BYTES, BodyLimit
-from firepool.api.logs import FileLogSource, LogSource
 from firepool.api.metrics import ApiMetrics, MetricsMiddleware
-from firepool.api.routes import jobs, packages, system
+from firepool.api.routes import internal, jobs, packages, pods, system
 from firepool.model import PoolSpec
 from firepool.packages import PackageStore
 from firepool.store import JobStore
+from firepool.store.logs import FileLogStorage
 
 API_VERSION = "1"
 
@@ -47,7 +47,7 @@ def create_app(
     if logs is None:
         if data_dir is None:
             raise ValueError("create_app needs a log source or a data directory")
-        logs = FileLogSource(Path(data_dir) / "logs")
+        logs = FileLogStorage(Path(data_dir) / "logs")
     if callable(pools):
         catalog = pools
     else:
@@ -80,6 +80,8 @@ def create_app(
     app.include_router(jobs.router)
     app.include_router(packages.router)
     app.include_router(system.router)
+    app.include_router(pods.router)
+    app.include_router(internal.router)
     app.add_middleware(BodyLimit, json_bytes=json_body_bytes, upload_bytes=packages_store.max_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     _publish_security(app)

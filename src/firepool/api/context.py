@@ -4,18 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Protocol
 
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from firepool.api.auth import TokenAuthenticator
 from firepool.api.hooks import BrokerHooks
-from firepool.api.logs import LogSource
 from firepool.api.metrics import ApiMetrics
 from firepool.model import PoolSpec
 from firepool.packages import PackageStore
 from firepool.store import AsyncSubmit, JobStore, Submitted
+from firepool.store.logs import LogChunk
+
+
+class LogSource(Protocol):
+    """What the API needs of log storage: byte ranges of an attempt's output."""
+
+    def read(self, job_id: str, retry: int, *, offset: int, limit: int) -> LogChunk: ...
 
 
 @dataclass
@@ -76,6 +82,12 @@ async def authenticate(request: Request) -> Session:
 
 
 Authed = Annotated[Session, Depends(authenticate)]
+
+
+def bearer(request: Request) -> str:
+    """The request's bearer token, or "" (for routes that authenticate another way)."""
+    header = request.headers.get("authorization", "")
+    return header[7:].strip() if header.lower().startswith("bearer ") else ""
 
 #: The bearer scheme as published in the OpenAPI document (`create_app` installs it).
 SECURITY_SCHEME = {

@@ -1,17 +1,21 @@
-"""How the API tells the rest of the broker that something happened.
+"""How the API and the rest of the broker talk: the hooks a broker attaches to `create_app`.
 
-The API only records intent durably; acting on it is the dispatcher's job. After a job is
+The API only records intent durably; acting on it is the broker's job. After a job is
 committed as QUEUED the API calls `job_submitted` (the dispatcher wakes instead of waiting for
 its fallback tick); after a running job is marked `cancel_requested` it calls
-`cancel_requested` (the dispatcher stops the attempt and finishes the job as CANCELLED); it
-calls it too when a queued job was cancelled outright, so the dispatcher forgets it at once.
-Hooks run on a request thread and must only signal, never block.
+`cancel_requested` (the broker stops the attempt and finishes the job as CANCELLED), and it
+calls it too when a queued job was cancelled outright, so the broker forgets it at once.
+The routes that need the broker's live state ask through the same object: agents' exit
+events, which pod a pod secret belongs to, the pod list, and elastic progress reports.
+Hooks run on the event loop or a request thread and must only signal or read, never block.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from firepool.model import NotFoundError, PodInfo
+from firepool.protocol import ExitEvent
 from firepool.store import JobRecord
 
 
@@ -20,12 +24,47 @@ class BrokerHooks(Protocol):
 
     def cancel_requested(self, job: JobRecord) -> None: ...
 
+    def exit_event(self, event: ExitEvent) -> bool:
+        """An agent's exit event; False when no live attempt matches it."""
+        ...
+
+    def pod_for_secret(self, token: str, pod: str | None) -> str | None:
+        """The pod (`pod`, or any pod when None) whose agent secret `token` is, or None."""
+        ...
+
+    def pod_list(self) -> list[PodInfo]: ...
+
+    def progress_token_ok(self, attempt: str, token: str) -> bool: ...
+
+    def progress(
+        self, job_id: str, attempt: str, *, samples_per_s: float | None, fraction: float | None
+    ) -> bool:
+        """An elastic attempt's progress; False for a stale attempt's report."""
+        ...
+
 
 class NoHooks:
-    """The default when no dispatcher is attached (an API-only process, tests)."""
+    """The default when no broker is attached (an API-only process, tests)."""
 
     def job_submitted(self, job: JobRecord) -> None:
         return None
 
     def cancel_requested(self, job: JobRecord) -> None:
         return None
+
+    def exit_event(self, event: ExitEvent) -> bool:
+        return False
+
+    def pod_for_secret(self, token: str, pod: str | None) -> str | None:
+        return None
+
+    def pod_list(self) -> list[PodInfo]:
+        return []
+
+    def progress_token_ok(self, attempt: str, token: str) -> bool:
+        return False
+
+    def progress(
+        self, job_id: str, attempt: str, *, samples_per_s: float | None, fraction: float | None
+    ) -> bool:
+        raise NotFoundError(f"job {job_id} is not an elastic job of this broker", field="job_id")

@@ -78,9 +78,9 @@ async def _serve_async(
     window: Any,
     counted: Any,
 ) -> None:
+    from firepool.composition import EmbeddedBroker
     from firepool.model import PoolSpec
     from firepool.service.catalog import Catalog
-    from firepool.service.embedded import EmbeddedBroker
 
     pool = PoolSpec(
         name="cpu",

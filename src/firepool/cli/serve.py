@@ -54,9 +54,9 @@ def serve(
     agent_port: int = typer.Option(7070, "--agent-port", help="The pods' agent port."),
 ) -> None:
     """Run the broker: API, dispatcher, scaler and pods, until SIGINT or SIGTERM."""
+    from firepool.composition import EmbeddedBroker
     from firepool.service import logs
     from firepool.service.catalog import load_catalog
-    from firepool.service.embedded import EmbeddedBroker
 
     logs.configure(log_level)
     if isolation not in ("auto", "private", "weak"):

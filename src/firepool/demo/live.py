@@ -18,10 +18,10 @@ from pathlib import Path
 
 from firepool.api.schemas import JobOut
 from firepool.client.aio import AsyncClient
+from firepool.composition import EmbeddedBroker
 from firepool.model import PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
-from firepool.service.embedded import EmbeddedBroker
 from firepool.sim.agentic import Tagger, w_agent, w_rl
 from firepool.sim.broker import JobRequest
 from firepool.sim.programs import Program, Run, Sleep

@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from firepool.client.aio import AsyncClient
+from firepool.composition import EmbeddedBroker
 from firepool.model import PodState, PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.service.elastic import ElasticConfig
-from firepool.service.embedded import EmbeddedBroker
 
 POOL = "slots"
 

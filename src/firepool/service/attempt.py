@@ -14,9 +14,8 @@ import logging
 import socket
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from firepool.api.logs import FileLogSource
 from firepool.control.dispatch import AttemptEnd, Verdict
 from firepool.control.records import Lease, Ticket
 from firepool.model import (
@@ -39,6 +38,12 @@ from firepool.service.pods import PodManager
 from firepool.store import JobRecord, JobStore, PodBinding
 
 log = logging.getLogger("firepool.service.attempt")
+
+
+class LogSink(Protocol):
+    """What the driver needs of log storage: appending an attempt's output as it arrives."""
+
+    def append(self, job_id: str, retry: int, data: bytes) -> None: ...
 
 
 @dataclass
@@ -70,7 +75,7 @@ class AttemptRunner:
         *,
         store: JobStore,
         pods: PodManager,
-        logs: FileLogSource,
+        logs: LogSink,
         clock: Callable[[], float],
         package_url: Callable[[str], str],
         exit_poll_s: float = 2.0,

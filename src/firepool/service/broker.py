@@ -10,7 +10,8 @@ carries out the actions it returns with real I/O:
   fallback); elastic rounds run when the core says one is due;
 - each `StartAttempt` becomes a task that commits, launches on the core's go, waits for every
   rank's exit, resets the pods and reports `attempt_over`.
-Exit events pushed by pod agents arrive through `on_exit`.
+Exit events pushed by pod agents arrive through `exit_event`, one of the hooks the API
+calls (`api/hooks.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import hmac
 import logging
 import secrets
 import tempfile
@@ -26,7 +28,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from firepool.api.logs import FileLogSource
 from firepool.backends.base import PodBackend
 from firepool.control import pod_annotations
 from firepool.control.actions import (
@@ -50,10 +51,10 @@ from firepool.control.dispatch import AttemptEnd
 from firepool.control.records import Ticket
 from firepool.control.scaler import ScalerConfig
 from firepool.control.tracker import Tracker
-from firepool.model import JobKind, JobState, PoolSpec
+from firepool.model import JobKind, JobState, PodInfo, PoolSpec
 from firepool.packages import PackageStore
 from firepool.protocol import ExitEvent
-from firepool.service.attempt import AttemptRunner, Running
+from firepool.service.attempt import AttemptRunner, LogSink, Running
 from firepool.service.elastic import ElasticConfig, ElasticDriver
 from firepool.service.pods import PodManager
 from firepool.store import JobRecord, JobStore
@@ -88,7 +89,7 @@ class Broker:
         backend: PodBackend,
         pools: Iterable[PoolSpec],
         ledger: BudgetLedger,
-        logs: FileLogSource,
+        logs: LogSink,
         packages: PackageStore,
         config: BrokerConfig | None = None,
         clock: Callable[[], float] = time.time,
@@ -280,7 +281,9 @@ class Broker:
         else:
             loop.call_soon_threadsafe(event.set)
 
-    def on_exit(self, event: ExitEvent) -> bool:
+    # ------------------------------------------------------------------ the API's reads
+
+    def exit_event(self, event: ExitEvent) -> bool:
         """An agent's exit event; False when no live attempt matches (a stale or replayed
         event, answered but ignored: the attempt id keeps old attempts out)."""
         job_id = event.attempt.rpartition(":")[0]
@@ -292,6 +295,48 @@ class Broker:
             return False
         fut.set_result(event)
         return True
+
+    def pod_for_secret(self, token: str, pod: str | None) -> str | None:
+        records = self.pods.records
+        for name in [pod] if pod is not None else list(records):
+            record = records.get(name)
+            if record is not None and hmac.compare_digest(record.secret, token):
+                return name
+        return None
+
+    def pod_list(self) -> list[PodInfo]:
+        records = self.pods.records
+        out: list[PodInfo] = []
+        for spec in self.specs.values():
+            for pod in self.tracker.pool_pods(spec.name):
+                record = records.get(pod.name)
+                out.append(
+                    PodInfo(
+                        name=pod.name,
+                        pool=pod.pool,
+                        role=pod.role.value,
+                        state=pod.state.value,
+                        owner=pod.owner,
+                        queue=pod.queue,
+                        tag=pod.tag,
+                        group=pod.group,
+                        job=pod.job,
+                        hold_until=pod.hold_until,
+                        created_at=pod.created_at,
+                        isolation=record.isolation if record is not None else "",
+                    )
+                )
+        return out
+
+    def progress_token_ok(self, attempt: str, token: str) -> bool:
+        return self.elastic.token_matches(attempt, token)
+
+    def progress(
+        self, job_id: str, attempt: str, *, samples_per_s: float | None, fraction: float | None
+    ) -> bool:
+        return self.elastic.progress(
+            job_id, attempt, self.clock(), samples_per_s=samples_per_s, fraction=fraction
+        )
 
     # ------------------------------------------------------------------ dispatch
 

@@ -17,10 +17,11 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from firepool.api import FileLogSource, create_app, issue_token
+from firepool.api import create_app, issue_token
 from firepool.model import AcquisitionPath, ErrorCode, JobState, PoolSpec
 from firepool.packages import DiskPackageStore
 from firepool.store import JobRecord, PodBinding, SqlJobStore, open_store
+from firepool.store.logs import FileLogStorage
 
 POOLS = (
     PoolSpec(name="cpu", max_count=4),
@@ -45,7 +46,7 @@ class LiveBroker:
     data_dir: Path
     store: SqlJobStore
     packages: DiskPackageStore
-    logs: FileLogSource
+    logs: FileLogStorage
     tokens: dict[str, str]
 
     def write_local_defaults(self, caller: str = "alice") -> None:
@@ -102,7 +103,7 @@ def live_broker(
     """Install a fresh app over `data_dir` behind `switch` (already served at `url`)."""
     store = open_store(data_dir=data_dir)
     packages = DiskPackageStore(data_dir / "packages")
-    logs = FileLogSource(data_dir / "logs")
+    logs = FileLogStorage(data_dir / "logs")
     switch.app = create_app(store, packages, list(pools), logs=logs)
     tokens = {name: issue_token(store, name) for name in callers}
     try:

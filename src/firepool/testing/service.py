@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from firepool.service.embedded import EmbeddedBroker
+from firepool.composition import EmbeddedBroker
 
 T = TypeVar("T")
 

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 from firepool.backends.kubernetes import KubernetesBackend
 from firepool.cli.main import app
 from firepool.cli.serve import kubernetes_settings
+from firepool.composition import build_backend
 from firepool.model import ConfigError
-from firepool.service.embedded import build_backend
 
 
 def test_flags_become_settings(tmp_path: Path) -> None:

@@ -8,11 +8,18 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from firepool.api.context import Authed
+from firepool.api.context import ApiContext, Authed, authenticate, bearer
 from firepool.api.routes.common import AUTHED, errors, json_response, refuse_unknown_query
-from firepool.api.schemas import JobListOut, JobOut, LogsOut
+from firepool.api.schemas import JobListOut, JobOut, LogsOut, ProgressIn, ProgressOut
 from firepool.api.services import jobs as service
-from firepool.model import JobSpec, JobState
+from firepool.model import (
+    JobKind,
+    JobSpec,
+    JobState,
+    NotFoundError,
+    RequestValidationError,
+    parse_attempt_id,
+)
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -128,3 +135,37 @@ async def job_logs(
             complete=finished and next_offset >= chunk.size,
         )
     )
+
+
+@router.post(
+    "/{job_id}/progress",
+    response_model=ProgressOut,
+    responses=errors(401, 404, 422),
+    openapi_extra=AUTHED,
+)
+async def report_progress(job_id: str, report: ProgressIn, request: Request) -> ProgressOut:
+    """An elastic attempt's progress: the first report ends its restore; `samples_per_s`
+    replaces the scheduler's estimate for its current size. A stale attempt's report is
+    answered with `accepted: false`. Authenticated by the attempt's progress token (set in
+    the job's environment), or by the job owner's own token."""
+    owner, _ = parse_attempt_id(report.attempt)
+    if owner != job_id:
+        raise RequestValidationError(
+            f"attempt {report.attempt} is not an attempt of job {job_id}", field="attempt"
+        )
+    context: ApiContext = request.app.state.firepool
+    token = bearer(request)
+    if not (token and context.hooks.progress_token_ok(report.attempt, token)):
+        session = await authenticate(request)
+        job = await run_in_threadpool(context.store.get, job_id)
+        if job is None or job.caller != session.caller:
+            raise NotFoundError(f"no job {job_id}", field="job_id")
+        if job.spec.kind is not JobKind.ELASTIC:
+            raise RequestValidationError(
+                f"job {job_id} is not elastic: only elastic jobs report progress",
+                field="job_id",
+            )
+    accepted = context.hooks.progress(
+        job_id, report.attempt, samples_per_s=report.samples_per_s, fraction=report.fraction
+    )
+    return ProgressOut(job=job_id, attempt=report.attempt, accepted=accepted)

@@ -11,7 +11,6 @@ from collections.abc import Collection
 from starlette.concurrency import run_in_threadpool
 
 from firepool.api.context import ApiContext
-from firepool.api.logs import LogChunk
 from firepool.model import (
     JobSpec,
     JobState,
@@ -20,6 +19,7 @@ from firepool.model import (
     UnknownPoolError,
 )
 from firepool.store import JobRecord, Submitted
+from firepool.store.logs import LogChunk
 
 
 async def submit(context: ApiContext, caller: str, spec: JobSpec) -> Submitted:

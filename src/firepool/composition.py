@@ -1,5 +1,7 @@
-"""The embedded broker: store, package store, local pods, the API and the broker loops in one
-process and one event loop. `firepool serve`, the demo and the end-to-end tests all use it.
+"""The composition root: the one place that wires a store, a package store, log storage, a pod
+backend, the broker core's driver and the API into one process and one event loop. Faces and
+drivers never import each other; this module imports both. `firepool serve`, the demo, the
+benchmarks and the end-to-end tests all build their broker here (`EmbeddedBroker`).
 
 On start it writes `<data-dir>/url` and, on first start, a default caller token to
 `<data-dir>/token` (0600), which the SDK and CLI read when FIREPOOL_URL / FIREPOOL_TOKEN are
@@ -19,7 +21,6 @@ import uvicorn
 
 from firepool.api.app import create_app
 from firepool.api.auth import issue_token
-from firepool.api.logs import FileLogSource
 from firepool.backends.base import PodBackend
 from firepool.backends.local import IsolationChoice, LocalBackend
 from firepool.control.budgets import BudgetLedger
@@ -27,9 +28,9 @@ from firepool.model import ConfigError
 from firepool.packages.disk import DiskPackageStore
 from firepool.service.broker import Broker, BrokerConfig
 from firepool.service.catalog import Catalog, machine_catalog
-from firepool.service.routes import service_router
 from firepool.service.tuning import tune_gc_for_serving
 from firepool.store import SqlJobStore, open_store
+from firepool.store.logs import FileLogStorage
 from firepool.store.tokens import hash_token
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ class EmbeddedBroker:
             lambda: open_store(self.store_url, data_dir=self.data_dir, **self.store_options)
         )
         self.packages = DiskPackageStore(self.data_dir / "packages")
-        logs = FileLogSource(self.data_dir / "logs")
+        logs = FileLogStorage(self.data_dir / "logs")
         self.backend = build_backend(
             self.backend_kind,
             self.data_dir / "pods",
@@ -136,7 +137,6 @@ class EmbeddedBroker:
             logs=logs,
             data_dir=self.data_dir,
         )
-        app.include_router(service_router(self.broker))
         self.server = uvicorn.Server(
             uvicorn.Config(
                 app,

@@ -1,8 +1,10 @@
-"""Where job logs come from: a `LogSource`, supplied by the service.
+"""Log storage: each attempt's output, kept by the broker, read back by the API.
 
-`FileLogSource` keeps one file per attempt under `<data-dir>/logs/<job-id>/<retry>.log`; the
-service's log collector appends to it and the API reads byte ranges back. Offsets are byte
-offsets into the attempt's log, so a client can poll `next_offset` to follow a running job.
+`FileLogStorage` keeps one file per attempt under `<data-dir>/logs/<job-id>/<retry>.log`. It is
+an adapter like the job store: the driver appends through the `LogSink` protocol it defines,
+the API reads byte ranges through its `LogSource` protocol, and another storage (an object
+store for a cluster) can stand in for both. Offsets are byte offsets into the attempt's log,
+so a client can poll `next_offset` to follow a running job.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -23,11 +24,7 @@ class LogChunk:
     size: int  # bytes in the attempt's log so far
 
 
-class LogSource(Protocol):
-    def read(self, job_id: str, retry: int, *, offset: int, limit: int) -> LogChunk: ...
-
-
-class FileLogSource:
+class FileLogStorage:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 

@@ -1,0 +1,35 @@
+"""`/v1/pods`: the pods the broker tracks; owners and sessions only on the caller's own."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from firepool.api.context import Authed
+from firepool.api.routes.common import AUTHED, errors
+from firepool.api.schemas import PodList, PodView
+
+router = APIRouter(prefix="/v1/pods", tags=["pods"])
+
+
+@router.get("", response_model=PodList, responses=errors(401), openapi_extra=AUTHED)
+async def list_pods(session: Authed) -> PodList:
+    """Every pod the broker tracks; owners and sessions only on the caller's own pods."""
+    out: list[PodView] = []
+    for pod in session.context.hooks.pod_list():
+        mine = pod.owner == session.caller
+        out.append(
+            PodView(
+                name=pod.name,
+                pool=pod.pool,
+                role=pod.role,
+                state=pod.state,
+                owner=pod.owner if mine else None,
+                queue=pod.queue if mine else None,
+                lease_tag=pod.tag if mine else None,
+                group=pod.group,
+                job=pod.job if mine else None,
+                hold_until=pod.hold_until if mine and pod.hold_until else None,
+                created_at=pod.created_at,
+            )
+        )
+    return PodList(pods=out)

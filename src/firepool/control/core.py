@@ -444,9 +444,6 @@ class BrokerCore:
         self.tracker.pod_ready(name, now)
         self._gen[pod.pool] += 1
         self._fresh_gen[pod.pool] += 1
-        if pod.role is PodRole.ACTIVE and self.specs[pod.pool].standbys_per_active > 0:
-            # A card came up: stage its standbys now, not at the next periodic pass.
-            return [DISPATCH, Reconcile(pod.pool)]
         return [DISPATCH]
 
     def pod_failed(self, name: str, now: float) -> list[Action]:

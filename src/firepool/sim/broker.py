@@ -91,6 +91,9 @@ class JobRequest:
     priority: int = 0
     #: An elastic training job (sized by the core's rounds, `pods` is ignored).
     elastic: ElasticSpec | None = None
+    max_retries: int = 0
+    #: The exit code of each attempt in turn (0 once they run out): scripted failures.
+    exit_codes: tuple[int, ...] = ()
 
 
 class SimBroker:
@@ -130,6 +133,7 @@ class SimBroker:
         self.stats: dict[str, JobStats] = {}
         self.records: dict[str, JobRecord] = {}
         self.leases: dict[str, Lease] = {}
+        self.exit_codes: dict[str, tuple[int, ...]] = {}
         self._specs_cache: dict[tuple[object, ...], JobSpec] = {}
         self._dispatch_pending = False
         self._reconcile_pending: set[str] = set()
@@ -191,7 +195,7 @@ class SimBroker:
     # ---------------------------------------------------------------- submission
     def _spec(self, req: JobRequest) -> JobSpec:
         key = (req.pool, req.queue, req.tag, req.single_use, req.pods, req.image, req.priority,
-               req.elastic)
+               req.elastic, req.max_retries)
         spec = self._specs_cache.get(key)
         if spec is None:
             spec = JobSpec(
@@ -203,6 +207,7 @@ class SimBroker:
                 pods=1 if req.elastic is not None else req.pods,
                 image=req.image,
                 priority=req.priority,
+                max_retries=req.max_retries,
                 timeout_s=None,
                 kind=JobKind.ELASTIC if req.elastic is not None else JobKind.TASK,
                 elastic=req.elastic,
@@ -217,6 +222,8 @@ class SimBroker:
         job = record.id
         self.records[job] = record
         self.stats[job] = JobStats(job, req.caller, req.pool, now, req.duration, on_done=on_done)
+        if req.exit_codes:
+            self.exit_codes[job] = req.exit_codes
         self._in_flight_units += req.pods * self._unit_of[req.pool]
         self.peak_units = max(self.peak_units, self._in_flight_units)
         self.loop.after(self.venue.accept.sample(self.rng), self._accepted, job)
@@ -281,7 +288,9 @@ class SimBroker:
         if st.finished >= 0.0 or job not in self.leases:
             return  # stopped before its first instruction
         st.first = self.loop.now
-        self.loop.after(st.duration, self._exited, (job, AttemptEnd(exit_code=0)))
+        codes, attempt = self.exit_codes.get(job, ()), self.records[job].retries
+        code = codes[attempt] if attempt < len(codes) else 0
+        self.loop.after(st.duration, self._exited, (job, AttemptEnd(exit_code=code)))
 
     def _exited(self, arg: tuple[str, AttemptEnd]) -> None:
         job, end = arg

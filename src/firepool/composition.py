@@ -11,6 +11,7 @@ not set.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -126,7 +127,11 @@ class EmbeddedBroker:
             ledger=BudgetLedger(self.catalog.budgets),
             logs=logs,
             packages=self.packages,
-            config=self.config,
+            config=dataclasses.replace(
+                self.config,
+                scaler=self.catalog.scaler,
+                max_gpus_per_caller=self.catalog.max_gpus_per_caller,
+            ),
             checkpoint_root=self.data_dir / "checkpoints",
         )
         app = create_app(

@@ -1,8 +1,10 @@
 """The pool catalog: which pools exist and the global budgets, from a file or this machine.
 
-A catalog file (TOML or YAML) has `[[pools]]` entries with PoolSpec fields and an optional
-`[budgets]` table (accelerator model or `cpu` -> units). Unknown keys are refused with a
-ConfigError naming them: a typo in a knob must not silently fall back to a default.
+A catalog file (TOML or YAML) has `[[pools]]` entries with PoolSpec fields, an optional
+`[budgets]` table (accelerator model or `cpu` -> units), an optional `[scaler]` table
+(`hold_break_min_tenure`, `drain_budget`) and an optional `[limits]` table
+(`max_gpus_per_caller`, across every pool). Unknown keys are refused with a ConfigError naming
+them: a typo in a knob must not silently fall back to a default.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from firepool.control.scaler import ScalerConfig
 from firepool.model import ACCELERATORS, ConfigError, PoolSpec
 
 
@@ -22,6 +25,9 @@ from firepool.model import ACCELERATORS, ConfigError, PoolSpec
 class Catalog:
     pools: tuple[PoolSpec, ...]
     budgets: dict[str, int] = field(default_factory=dict)
+    scaler: ScalerConfig = field(default_factory=ScalerConfig)
+    #: GPUs one caller may hold across every pool (None: no limit beyond each pool's).
+    max_gpus_per_caller: int | None = None
 
     def pool(self, name: str) -> PoolSpec | None:
         for spec in self.pools:
@@ -33,7 +39,7 @@ class Catalog:
 def parse_catalog(data: Any, source: str = "catalog") -> Catalog:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a table with `pools`", field="pools")
-    unknown = set(data) - {"pools", "budgets"}
+    unknown = set(data) - {"pools", "budgets", "scaler", "limits"}
     if unknown:
         name = sorted(unknown)[0]
         raise ConfigError(f"{source}: unknown key {name!r}", field=name)
@@ -61,7 +67,45 @@ def parse_catalog(data: Any, source: str = "catalog") -> Catalog:
             raise ConfigError(
                 f"{source}: budget {key!r} must be an integer >= 0", field=f"budgets.{key}"
             )
-    return Catalog(tuple(pools), dict(budgets))
+    scaler = _scaler(data.get("scaler"), source)
+    limits = _table(data.get("limits"), source, "limits", {"max_gpus_per_caller"})
+    gpus = limits.get("max_gpus_per_caller")
+    if gpus is not None and not _count(gpus):
+        raise ConfigError(
+            f"{source}: max_gpus_per_caller must be an integer >= 0",
+            field="limits.max_gpus_per_caller",
+        )
+    return Catalog(tuple(pools), dict(budgets), scaler, gpus)
+
+
+def _table(value: Any, source: str, name: str, known: set[str]) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: `{name}` must be a table", field=name)
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r} in `{name}`",
+                          field=f"{name}.{unknown[0]}")
+    return value
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _scaler(value: Any, source: str) -> ScalerConfig:
+    table = _table(value, source, "scaler", {"hold_break_min_tenure", "drain_budget"})
+    default = ScalerConfig()
+    tenure = table.get("hold_break_min_tenure", default.hold_break_min_tenure)
+    if isinstance(tenure, bool) or not isinstance(tenure, int | float) or not 0 <= tenure < 1e9:
+        raise ConfigError(f"{source}: hold_break_min_tenure must be seconds >= 0",
+                          field="scaler.hold_break_min_tenure")
+    drain = table.get("drain_budget", default.drain_budget)
+    if not _count(drain) or drain < 1:
+        raise ConfigError(f"{source}: drain_budget must be an integer >= 1",
+                          field="scaler.drain_budget")
+    return ScalerConfig(hold_break_min_tenure=float(tenure), drain_budget=drain)
 
 
 def load_catalog(path: Path) -> Catalog:

@@ -88,6 +88,12 @@ _S_STARTING = PodState.STARTING
 _W_CALLER_GPU_LIMIT = WaitReason.CALLER_GPU_LIMIT
 _W_CALLER_POD_LIMIT = WaitReason.CALLER_POD_LIMIT
 _W_NO_CAPACITY = WaitReason.NO_CAPACITY
+_NEW_LABEL = (_P_NEW, _R_NO_WARM_CAPACITY)
+_WARM_FRESH_LABEL = (_P_WARM, _R_NO_OWN_POD)
+_SAME_SESSION_LABEL = (_P_WARM, _R_SAME_SESSION)
+_TAG_HINT_LABEL = (_P_WARM, _R_TAG_HINT)
+_NEW_SESSION_LABEL = (_P_RECYCLED, _R_NEW_SESSION)
+_QUEUE_SWITCH_LABEL = (_P_RECYCLED, _R_QUEUE_SWITCH)
 
 #: Legal pod transitions; anything else raises InvalidTransitionError.
 POD_TRANSITIONS: dict[PodState, frozenset[PodState]] = {
@@ -106,6 +112,30 @@ def _group(pod: Pod) -> str:
     if group is None:
         raise InvalidTransitionError(f"GPU pod {pod.name} has no group", field="group")
     return group
+
+
+def fresh_label(pod: Pod, req: ClaimRequest) -> tuple[AcquisitionPath, AcquisitionReason]:
+    """A never-used pod's label: `new` when it was created after the job queued (the job
+    waited for it), else `warm`. The one rule, for the fast path and the general one."""
+    if 0 < req.queued_at <= pod.created_at:
+        return _NEW_LABEL
+    return _WARM_FRESH_LABEL
+
+
+def reuse_label(
+    pod: Pod, req: ClaimRequest, hint: bool
+) -> tuple[AcquisitionPath, AcquisitionReason] | None:
+    """Owner-only reuse: how a used pod may serve `req`, or None when it may not. Only its
+    last caller may have it; the same queue and tag is `warm`; the same queue under another
+    tag is `warm` where the pool treats tags as hints, else `recycled` (one job, then it
+    retires), as is another queue."""
+    if pod.owner != req.caller or pod.image != req.image:
+        return None
+    if pod.queue == req.queue:
+        if pod.tag == req.tag:
+            return _SAME_SESSION_LABEL
+        return _TAG_HINT_LABEL if hint else _NEW_SESSION_LABEL
+    return _QUEUE_SWITCH_LABEL
 
 
 SessionKey = tuple[str, str, str, str | None]  # caller, queue, tag, custom image
@@ -354,6 +384,7 @@ class Tracker:
         Only the index update happens under the lock; the Lease value is built after it.
         """
         pod: Pod | None = None
+        label = _WARM_FRESH_LABEL
         with self._lock:
             index = self._pools.get(req.pool)
             if index is not None and req.simple and index.fast and req.job not in self._jobs:
@@ -375,18 +406,17 @@ class Tracker:
                         del mine[name]
                         if not mine:
                             del index.held_by_caller[caller]
-                        path, reason = _P_WARM, _R_SAME_SESSION
+                        found = reuse_label(pod, req, False)
+                        if found is None:  # the session's own bucket: a broken index
+                            raise InvalidTransitionError(f"pod {name} is not {caller}'s")
+                        label = found
                     else:
                         pod = None
                 elif caller not in index.held_by_caller and index.fresh:
                     pod = self._pods[index.fresh.popitem()[0]]
-                    if 0 < req.queued_at <= pod.created_at:
-                        path, reason = _P_NEW, _R_NO_WARM_CAPACITY
-                    else:
-                        path, reason = _P_WARM, _R_NO_OWN_POD
+                    label = fresh_label(pod, req)
                 if pod is not None:
-                    # IDLE and HELD pods, the only ones in these buckets, may become ASSIGNED.
-                    pod.state = _S_ASSIGNED
+                    self._set_state(pod, _S_ASSIGNED)
                     job = req.job
                     pod.job = job
                     self._jobs[job] = pod.solo
@@ -396,6 +426,7 @@ class Tracker:
             if pod is None:
                 outcome = self._claim_locked(req, now)
         if pod is not None:
+            path, reason = label
             return Lease(req.job, req.caller, req.pool, (LeasedPod(pod.name, path, reason, False),))
         if isinstance(outcome, WaitReason):
             return Wait(req.job, outcome)
@@ -465,13 +496,9 @@ class Tracker:
         self._add_cross_boundary(index, req, n, now, chosen, None)
         if len(chosen) == n:
             return chosen
-        queued_at = req.queued_at
         for name in reversed(index.fresh):
             pod = pods[name]
-            if 0 < queued_at <= pod.created_at:
-                chosen.append((pod, _P_NEW, _R_NO_WARM_CAPACITY))
-            else:
-                chosen.append((pod, _P_WARM, _R_NO_OWN_POD))
+            chosen.append((pod, *fresh_label(pod, req)))
             if len(chosen) == n:
                 return chosen
         return None
@@ -556,17 +583,12 @@ class Tracker:
             pod = pods[name]
             if pod.image is not None or pod.hold_until <= now:
                 continue
-            if pod.queue == req.queue and pod.tag == req.tag:
+            label = reuse_label(pod, req, hint)
+            if label is None or label is _SAME_SESSION_LABEL:
                 continue  # same session: considered (and refused) already
             if gpu is not None and not gpu[0](pod):
                 continue
-            if pod.queue == req.queue:
-                if hint:
-                    candidate = (pod, _P_WARM, _R_TAG_HINT)
-                else:
-                    candidate = (pod, _P_RECYCLED, _R_NEW_SESSION)
-            else:
-                candidate = (pod, _P_RECYCLED, _R_QUEUE_SWITCH)
+            candidate = (pod, *label)
             if candidate[1] is _P_WARM:
                 chosen.append(candidate)
             else:
@@ -579,9 +601,7 @@ class Tracker:
 
     @staticmethod
     def _fresh_candidate(pod: Pod, req: ClaimRequest) -> Candidate:
-        if 0 < req.queued_at <= pod.created_at:
-            return (pod, _P_NEW, _R_NO_WARM_CAPACITY)
-        return (pod, _P_WARM, _R_NO_OWN_POD)
+        return (pod, *fresh_label(pod, req))
 
     def _select_dedicated(
         self, index: _PoolIndex, req: ClaimRequest, n: int
@@ -631,9 +651,7 @@ class Tracker:
         assigned = _S_ASSIGNED
         for pod, path, _reason in chosen:
             self._unindex_available(index, pod)
-            if assigned not in POD_TRANSITIONS[pod.state]:
-                raise InvalidTransitionError(f"pod {pod.name}: {pod.state} cannot be claimed")
-            pod.state = assigned
+            self._set_state(pod, assigned)
             pod.job = job
             if path is _P_RECYCLED:
                 pod.retire_after = _RR_SESSION_BOUNDARY

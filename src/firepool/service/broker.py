@@ -380,17 +380,34 @@ class Broker:
             self.act(self.core.committed(job_id, self.clock()))
             end = await self.runner.run(running)
             await self._finish(running, end)
-        except Exception:
+        except Exception as exc:
             log.exception("attempt %s crashed in the broker", running.job.attempt)
-            self.running.pop(job_id, None)
+            self._crashed(running, exc)
 
     async def reattach(self, running: Running) -> None:
         try:
             end = await self.runner.resume(running)
             await self._finish(running, end)
-        except Exception:
+        except Exception as exc:
             log.exception("re-attached attempt %s crashed in the broker", running.job.attempt)
-            self.running.pop(running.ticket.job, None)
+            self._crashed(running, exc)
+
+    def _crashed(self, running: Running, exc: Exception) -> None:
+        """The broker's own task failed mid-attempt: the job must not stay RUNNING and its
+        pods must not stay leased. Nothing about the pods can be confirmed, so every one is
+        released unclean (deleted, with whatever still runs there), and the attempt is judged
+        like a lost pod: retried within `max_retries` under a new attempt id."""
+        job_id = running.ticket.job
+        self.running.pop(job_id, None)
+        if job_id not in self.core.running:
+            return  # it had reported already (the crash came after)
+        end = AttemptEnd(
+            launch_failed=not running.launched,
+            pod_lost=running.launched,
+            message=f"the broker failed while running this attempt: {exc!r}",
+        )
+        unclean = [p.name for p in running.lease.pods]
+        self.act(self.core.attempt_over(job_id, end, unclean, self.clock()))
 
     async def _finish(self, running: Running, end: AttemptEnd) -> None:
         await self.runner.drain_logs(running)

@@ -9,11 +9,12 @@ from collections.abc import Iterator
 import pytest
 
 from firepool.control import elastic
+from firepool.control.failures import fails
 from firepool.scheduling import Configuration, RoundInput, RoundResult, make_policy
 from firepool.sim.training import TrainSpec, simulate
 from firepool.sim.trainloads import paper_workload
 from firepool.sim.trainmodel import BUCKETS as TENTHS
-from firepool.sim.trainmodel import SLOT_S, RestartCost, configs, fails, rate
+from firepool.sim.trainmodel import SLOT_S, RestartCost, configs, rate
 
 
 class Alternate:

@@ -13,7 +13,7 @@ and this driver only executes its decisions in virtual time, as the service does
                   the job, with the `fraction`, so the goodput prior follows training progress;
 * completion      `attempt_exited(..., "completed")` once all the job's samples are processed;
 * failures        at every 60-s slot boundary each restoring or running attempt fails with
-                  probability lambda, drawn from `trainmodel.fails(seed, job, slot)`, so every
+                  probability lambda, drawn from `control.failures.fails(seed, job, slot)`, so every
                   policy meets the same failure stream: `attempt_exited(..., "failed")`, which
                   makes the next round due at once.
 
@@ -40,6 +40,7 @@ from firepool.control.elastic import (
     StopAttempt,
     Unplaceable,
 )
+from firepool.control.failures import fails
 from firepool.scheduling import (
     Configuration,
     RoundPolicy,
@@ -52,7 +53,6 @@ from firepool.sim.trainmodel import (
     SLOT_S,
     RestartCost,
     configs,
-    fails,
     goodputs,
     rate,
 )

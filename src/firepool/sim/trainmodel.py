@@ -93,16 +93,3 @@ class RestartCost:
 
     def restore_s(self, app: str) -> float:
         return (1.0 - self.save_share) * p_restart_for(app)
-
-
-def fails(seed: int, job: int, slot: int, lam: float) -> bool:
-    """The shared failure stream: the same (seed, job, slot) fails under every policy."""
-    if lam <= 0.0:
-        return False
-    x = (seed * 0x9E3779B1 + job * 0x85EBCA77 + slot * 0xC2B2AE3D) & 0xFFFFFFFF
-    x ^= x >> 16
-    x = (x * 0x7FEB352D) & 0xFFFFFFFF
-    x ^= x >> 15
-    x = (x * 0x846CA68B) & 0xFFFFFFFF
-    x ^= x >> 16
-    return x / 4294967296.0 < lam

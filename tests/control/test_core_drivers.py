@@ -78,7 +78,9 @@ def wait_until(check: Callable[[], bool]) -> None:
         time.sleep(0.02)
 
 
-def run_service(tmp_path: Path, script: Script) -> None:
+def run_service(tmp_path: Path, script: Script) -> BrokerCore:
+    """Runs the script; returns the broker's core (other tests' brokers may still be winding
+    down in this process, each with its own core, so traces are told apart by core)."""
     quiet = BrokerConfig(dispatch_tick_s=600.0, reconcile_s=600.0, hold_tick_s=600.0,
                          exit_poll_s=600.0)
     with running_broker(tmp_path, catalog=Catalog((POOL,), {"cpu": 4}), config=quiet) as broker:
@@ -93,9 +95,10 @@ def run_service(tmp_path: Path, script: Script) -> None:
                 assert wait_job(client, job)["state"] == "SUCCEEDED"
                 wait_until(lambda: broker.call(lambda: not service.core.running
                                                and not service.pods._tasks))
+        return service.core
 
 
-def run_sim(script: Script) -> None:
+def run_sim(script: Script) -> BrokerCore:
     loop = EventLoop()
     broker = SimBroker(loop, PRESETS["production-cpu"], [POOL], {"cpu": 4}, random.Random(0),
                        reconcile_s=600.0, dispatch_tick_s=600.0)
@@ -106,16 +109,15 @@ def run_sim(script: Script) -> None:
         loop.run(stop=lambda j=job: broker.records[j].state.terminal)
         assert broker.records[job].state.value == "SUCCEEDED"
         loop.run(until=loop.now + 120.0)  # deletions and resets settle, as in the service
+    return broker.core
 
 
 def test_the_service_and_the_simulator_get_the_same_actions(
     tmp_path: Path, traces: dict[int, Trace]
 ) -> None:
-    run_service(tmp_path / "service", SCRIPT)
-    (service,) = traces.values()
-    traces.clear()
-    run_sim(SCRIPT)
-    (sim,) = traces.values()
+    service_core = run_service(tmp_path / "service", SCRIPT)
+    sim_core = run_sim(SCRIPT)  # both cores stay alive, so their ids stay distinct
+    service, sim = traces[id(service_core)], traces[id(sim_core)]
     assert decisions(service) == decisions(sim)
     starts = [acts for event, acts in decisions(sim) if event == "dispatch"]
     assert ("StartAttempt(warm)",) in starts and ("StartAttempt(recycled)",) in starts
@@ -126,9 +128,7 @@ def test_the_comparison_sees_a_different_decision(
 ) -> None:
     """The comparison can fail: the same script with one session switch fewer (as a driver
     that dropped the lease tag would run it) gives other actions."""
-    run_service(tmp_path / "service", SCRIPT)
-    (service,) = traces.values()
-    traces.clear()
-    run_sim([("a", r, c) for _tag, r, c in SCRIPT])
-    (sim,) = traces.values()
+    service_core = run_service(tmp_path / "service", SCRIPT)
+    sim_core = run_sim([("a", r, c) for _tag, r, c in SCRIPT])
+    service, sim = traces[id(service_core)], traces[id(sim_core)]
     assert decisions(service) != decisions(sim)

@@ -181,6 +181,25 @@ def needed_paths(pod_dir: Path) -> dict[Path, bool]:
     return needed
 
 
+def blocked_ancestors(needed: dict[Path, bool]) -> list[str]:
+    """The outermost directory on the way to each needed path that a job's user may not pass
+    through (no execute bit for others: /root holding a pyenv interpreter, or the broker's
+    data directory). The agent covers each with a tmpfs that binds the needed paths back, so
+    jobs reach exactly those and nothing else below it."""
+    found: set[str] = set()
+    for path in needed:
+        for ancestor in reversed(path.parents[:-1]):  # outermost first, "/" excluded
+            try:
+                if not os.stat(ancestor).st_mode & 0o001:
+                    found.add(str(ancestor))
+                    break
+            except OSError:
+                break
+    return sorted(
+        b for b in found if not any(b != o and _is_under(Path(b), Path(o)) for o in found)
+    )
+
+
 def needed_under(target: str, needed: dict[Path, bool]) -> list[tuple[Path, bool]]:
     """The paths below `target`, outermost first, without paths inside another of them."""
     base = Path(target)
@@ -252,14 +271,26 @@ class Scratch:
                 "host; jobs get TMPDIR=%s and reset removes what the pod's uid left there",
                 pod_tmp,
             )
+            blocked = blocked_ancestors(needed_paths(pod_dir)) if owner != (0, 0) else []
+            if blocked:
+                # Without a namespace nothing can be bound past them; private mode would.
+                log.warning(
+                    "jobs run as uid %d and cannot pass through %s: they reach only the "
+                    "modules the warm interpreter preloaded from there",
+                    owner[0],
+                    ", ".join(blocked),
+                )
 
     def _go_private(self, shm_mib: int, tmp_mib: int, work_mib: int) -> None:
         opened: list[int] = []
         try:
             self.stage.mkdir(mode=0o700, exist_ok=True)
             needed = needed_paths(self.pod_dir)
-            for target in ("/tmp", "/var/tmp"):
-                mount = _Tmpfs(target, tmp_mib)
+            covers = [b for b in blocked_ancestors(needed) if not _is_under(Path(b), Path("/tmp"))
+                      and not _is_under(Path(b), Path("/var/tmp"))]  # fmt: skip
+            for target in (*covers, "/tmp", "/var/tmp"):
+                scratch = target in ("/tmp", "/var/tmp")
+                mount = _Tmpfs(target, tmp_mib) if scratch else _Tmpfs(target, 1, 0o755)
                 for path, writable in needed_under(target, needed):
                     fd = os.open(path, os.O_PATH)
                     opened.append(fd)

@@ -133,6 +133,8 @@ class LocalBackend(BaseBackend):
         self.pids_max = pids_max
         self.nofile = nofile
         self.cpu_quota = cpu_quota
+        #: Every uid this backend gave a pod (leftover checks look for processes of these).
+        self.uids_handed_out: set[int] = set()
         self.python = python
         self.shutdown_grace_s = shutdown_grace_s
         self.verify_timeout_s = verify_timeout_s
@@ -238,6 +240,7 @@ class LocalBackend(BaseBackend):
                     continue
                 with os.fdopen(fd, "w") as fh:
                     fh.write(f"{self.root}\n{name}\n")
+                self.uids_handed_out.add(uid)
                 return uid
         raise UnavailableError(f"no free job uid in {self.uid_range}")
 
@@ -259,11 +262,6 @@ class LocalBackend(BaseBackend):
         with contextlib.suppress(OSError, ValueError):
             if claim.read_text().split("\n")[:2] == [str(self.root), name]:
                 claim.unlink()
-
-    def job_uids(self) -> set[int]:
-        """The uids of this backend's pods (tests look for their leftovers)."""
-        return {int(r.annotations[UID_KEY]) for r in self._records.values()
-                if UID_KEY in r.annotations}  # fmt: skip
 
     def _marker(self, record: PodRecord) -> bytes:
         return f"{MARKER_VAR}={record.annotations.get('firepool.io/marker', '')}".encode()

@@ -13,9 +13,12 @@ left (8 GiB of shm costs the same as none). The workspace (package root, cwd, HO
 tmpfs too, like a memory-backed emptyDir: its pages count against the pod's memory limit, and
 10,000 scratch files vanish in one unmount instead of 10,000 unlinks.
 
-Other world-writable host directories (/run/lock...) are covered with an empty read-only tmpfs,
-/proc is remounted with `hidepid=invisible` (jobs see only their own processes), and the
-broker's data directory and other pods are covered too (`hide`).
+The same skeleton-and-binds tmpfs (root-owned, 0755, so jobs cannot write it) covers the
+broker's data directory and other pods (`hide_paths`), and every directory a job's uid may not
+pass through on its way to something it needs (a pyenv interpreter under /root 0700): the job
+reaches exactly the needed paths and nothing else there. Other world-writable host directories
+(/run/lock...) get an empty read-only tmpfs, and /proc is remounted with `hidepid=invisible`
+(jobs see only their own processes).
 
 In `weak` mode (no namespace) /tmp, /var/tmp, /dev/shm and SysV IPC are the host's: jobs get
 TMPDIR pointing at a per-pod directory, and reset removes whatever the pod's uid owns in the
@@ -103,36 +106,6 @@ def confine(backend_root: Path, pod_dir: Path) -> None:
         os.close(fd)
 
 
-def hide(paths: list[Path], pod_dir: Path) -> list[str]:
-    """Cover each path (the broker's data directory...) with an empty read-only tmpfs; a path
-    holding the pod directory is confined instead, so the pod keeps its own directory."""
-    hidden = []
-    for path in paths:
-        if not path.is_dir():
-            continue
-        try:
-            if _is_under(pod_dir, path):
-                confine_deep(path, pod_dir)
-            else:
-                cover(str(path))
-            hidden.append(str(path))
-        except OSError as exc:
-            log.error("cannot hide %s from jobs: %s", path, exc)
-    return hidden
-
-
-def confine_deep(path: Path, pod_dir: Path) -> None:
-    """Like `confine`, for a pod directory any depth below `path`."""
-    fd = os.open(pod_dir, os.O_PATH | os.O_DIRECTORY)
-    try:
-        mount_tmpfs(str(path), 1, mode=0o755)
-        pod_dir.mkdir(parents=True, mode=0o711)
-        _mount(f"/proc/self/fd/{fd}", str(pod_dir), None, MS_BIND, "")
-        _mount(None, str(path), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "")
-    finally:
-        os.close(fd)
-
-
 def hide_processes() -> bool:
     """Remount /proc with `hidepid=invisible`: a job sees only its own uid's processes (their
     command lines included); the agent, as root, still sees every process."""
@@ -200,6 +173,24 @@ def blocked_ancestors(needed: dict[Path, bool]) -> list[str]:
     )
 
 
+def cover_targets(paths: list[str]) -> list[str]:
+    """The outermost of `paths` that exist as directories, less those a private /tmp or
+    /var/tmp hides anyway and those holding a scratch directory (covering / would)."""
+    scratch = [Path(d) for d in SCRATCH_DIRS]
+    found = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.is_dir() or any(_is_under(path, d) for d in scratch):
+            continue  # nothing to hide, or a fresh scratch tmpfs hides it already
+        if any(_is_under(d, path) for d in scratch):
+            log.warning("not covering %s: it holds a scratch directory", path)
+            continue
+        found.append(str(path.resolve()))
+    return sorted(
+        p for p in set(found) if not any(p != o and _is_under(Path(p), Path(o)) for o in found)
+    )
+
+
 def needed_under(target: str, needed: dict[Path, bool]) -> list[tuple[Path, bool]]:
     """The paths below `target`, outermost first, without paths inside another of them."""
     base = Path(target)
@@ -249,8 +240,10 @@ class Scratch:
         work: Path | None = None,
         work_mib: int = 8192,
         owner: tuple[int, int] = (0, 0),
+        hide_paths: tuple[str, ...] = (),
     ) -> None:
         self.requested = mode
+        self.hide_paths = hide_paths
         self.pod_dir = pod_dir
         self.pod_tmp = pod_tmp
         self.work = work
@@ -286,8 +279,7 @@ class Scratch:
         try:
             self.stage.mkdir(mode=0o700, exist_ok=True)
             needed = needed_paths(self.pod_dir)
-            covers = [b for b in blocked_ancestors(needed) if not _is_under(Path(b), Path("/tmp"))
-                      and not _is_under(Path(b), Path("/var/tmp"))]  # fmt: skip
+            covers = cover_targets([*blocked_ancestors(needed), *self.hide_paths])
             for target in (*covers, "/tmp", "/var/tmp"):
                 scratch = target in ("/tmp", "/var/tmp")
                 mount = _Tmpfs(target, tmp_mib) if scratch else _Tmpfs(target, 1, 0o755)

@@ -106,7 +106,7 @@ class LocalBackend(BaseBackend):
         uid_base: int = 2_000_000,
         uid_count: int = 100_000,
         uid_claims: str | os.PathLike[str] = "/run/firepool/uids",
-        hide_paths: Sequence[str | os.PathLike[str]] = (),
+        hide_paths: Sequence[str | os.PathLike[str]] | None = None,
         pids_max: int | None = 4096,
         nofile: int | None = 65536,
         cpu_quota: bool = True,
@@ -115,8 +115,9 @@ class LocalBackend(BaseBackend):
         a cache (False); each is `<pod>/volumes/<name>`, exported to jobs as
         `FIREPOOL_VOLUME_<NAME>`. `faults` is the agent's test hook (see AgentConfig).
         Jobs run as uids `uid_base .. uid_base + uid_count - 1` (one per pod, when the broker is
-        root); `hide_paths` (the broker's data directory) are invisible to jobs in private
-        mode. `pids_max` and `nofile` cap each pod's processes and each process's open files;
+        root); `hide_paths` are invisible to jobs in private mode (default: the directory
+        holding the backend root, i.e. the broker's data directory with its store, tokens and
+        packages, unless that is shared, such as /var/tmp). `pids_max` and `nofile` cap each pod's processes and each process's open files;
         `cpu_quota` turns the pool's `cpus_per_pod` into a CFS quota."""
         if uid_base < 1000 or uid_count < 1 or uid_base + uid_count > 2**32 - 2:
             raise ConfigError(
@@ -129,6 +130,10 @@ class LocalBackend(BaseBackend):
         self.state_dir.mkdir(mode=0o700, exist_ok=True)
         self.uid_range = range(uid_base, uid_base + uid_count)
         self.uid_claims = Path(uid_claims)
+        if hide_paths is None:
+            parent = self.root.parent
+            shared = parent == Path("/") or parent.stat().st_mode & 0o002
+            hide_paths = [] if shared else [parent]
         self.hide_paths = tuple(str(Path(p).resolve()) for p in hide_paths)
         self.pids_max = pids_max
         self.nofile = nofile

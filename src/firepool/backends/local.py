@@ -117,8 +117,9 @@ class LocalBackend(BaseBackend):
         Jobs run as uids `uid_base .. uid_base + uid_count - 1` (one per pod, when the broker is
         root); `hide_paths` are invisible to jobs in private mode (default: the directory
         holding the backend root, i.e. the broker's data directory with its store, tokens and
-        packages, unless that is shared, such as /var/tmp). `pids_max` and `nofile` cap each pod's processes and each process's open files;
-        `cpu_quota` turns the pool's `cpus_per_pod` into a CFS quota."""
+        packages, unless that is shared, such as /var/tmp). `pids_max` and `nofile` cap each
+        pod's processes and each process's open files; `cpu_quota` turns the pool's
+        `cpus_per_pod` into a CFS quota."""
         if uid_base < 1000 or uid_count < 1 or uid_base + uid_count > 2**32 - 2:
             raise ConfigError(
                 f"uid range {uid_base}+{uid_count} must lie in 1000 .. 2^32-2", field="uid_base"

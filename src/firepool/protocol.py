@@ -321,6 +321,9 @@ class AgentConfig(StrictModel):
     #: Paths covered with an empty read-only tmpfs in the pod's namespace (the broker's data
     #: directory, say); the pod's own directory stays visible.
     hide_paths: tuple[str, ...] = ()
+    #: Host directories below which an attempt's `JobEnv.CHECKPOINT_DIR` may lie; the agent
+    #: attaches that one directory to the pod for the attempt (the rest stays hidden).
+    attach_roots: tuple[str, ...] = ()
     #: CPU quota in cores (cgroup cpu.max / cfs quota), process cap and open-file cap.
     cpu_quota: Annotated[float, Field(gt=0)] | None = None
     pids_max: Annotated[int, Field(ge=16)] | None = None

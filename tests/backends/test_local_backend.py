@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ from pod_helpers import (
     make_pod,
     new_root,
     pods_processes,
+    py,
     read_log,
     run_job,
     wait_exit,
@@ -377,3 +379,45 @@ def test_delete_keeps_a_pod_whose_processes_survive_and_retries() -> None:
                     break
                 except OSError:
                     time.sleep(0.05)
+
+
+def test_an_attempts_checkpoint_dir_is_attached_alone_and_shared_across_pods() -> None:
+    """The checkpoint directory outlives pods: each attempt's pod (each with its own uid) sees
+    its job's directory, writable, and none of the other jobs' directories beside it."""
+    if not os.access("/var/lib", os.W_OK):
+        pytest.skip("needs a writable /var/lib")
+    data = Path("/var/lib") / new_root("attach").name
+    (data / "pods").mkdir(parents=True)
+    mine, other = data / "checkpoints" / "job-a", data / "checkpoints" / "job-b"
+    loop = Loop()
+    backend = LocalBackend(data / "pods")
+    try:
+        for path in (mine, other):
+            path.mkdir(parents=True)
+        (other / "secret").write_text("job-b's weights")
+        code = f"""
+        import os, json
+        d = os.environ["FIREPOOL_CHECKPOINT_DIR"]
+        with open(os.path.join(d, "log"), "a") as fh:
+            fh.write(str(os.getuid()) + "\\n")
+        try:
+            theirs = os.listdir({str(other)!r})
+        except OSError as exc:
+            theirs = type(exc).__name__
+        print(json.dumps(theirs))
+        """
+        env = {"FIREPOOL_CHECKPOINT_DIR": str(mine)}
+        uids = []
+        for n in range(2):  # two pods, two uids, one directory
+            record, client = loop.run(make_pod(backend, CPU))
+            uids.append(record.annotations.get(UID_KEY))
+            event, out = loop.run(run_job(client, f"job-a:{n}", py(code), topology_env=env))
+            assert event.exit_code == 0, loop.run(read_log(client, f"job-a:{n}", "stderr"))
+            if backend.capabilities.private_scratch:
+                assert json.loads(out) == "FileNotFoundError"
+            assert loop.run(client.reset()).clean
+        assert len((mine / "log").read_text().split()) == 2 and uids[0] != uids[1]
+    finally:
+        loop.run(backend.close())
+        loop.close()
+        shutil.rmtree(data, ignore_errors=True)

@@ -33,6 +33,7 @@ import ctypes
 import logging
 import os
 import stat
+import struct
 import sys
 import threading
 import time
@@ -411,6 +412,104 @@ class Scratch:
     def dirs_to_empty(self) -> list[Path]:
         """Scratch directories reset must empty file by file (those not on our own tmpfs)."""
         return [] if self.mode is IsolationMode.PRIVATE else [self.pod_tmp]
+
+
+# --------------------------------------------------------------------------- attached dirs
+
+
+class Attacher:
+    """Makes one host directory per attempt (its checkpoint directory, which outlives pods)
+    reachable and writable for the job, and nothing else under the same root.
+
+    Descriptors on the allowed roots are taken before any cover is mounted, so the agent can
+    still walk down from them (a cover hides paths, not directories already held open). In
+    private mode the attempt's directory is bound at its own path inside the pod and unbound
+    at reset; its tree is opened up to any uid (`a+rwX`) because the next attempt of the same
+    job may run on another pod, under another uid; only pods running that job see it."""
+
+    def __init__(self, roots: tuple[str, ...]) -> None:
+        self.roots: dict[Path, int] = {}
+        for raw in roots:
+            with contextlib.suppress(OSError):
+                path = Path(raw).resolve()
+                self.roots[path] = os.open(path, os.O_PATH | os.O_DIRECTORY)
+        self.bound: list[str] = []
+
+    def attach(self, target: str, bind: bool) -> None:
+        """Raise `ValueError` for a directory outside every allowed root."""
+        path = Path(os.path.normpath(target))
+        for root, root_fd in self.roots.items():
+            try:
+                rel = path.relative_to(root)
+            except ValueError:
+                continue
+            if not rel.parts or ".." in rel.parts:
+                break
+            fd = _open_below(root_fd, rel.parts)
+            try:
+                _open_up(fd)
+                if bind:
+                    _mkdirs(path)
+                    _mount(f"/proc/self/fd/{fd}", str(path), None, MS_BIND | MS_NOSUID, "")
+                    self.bound.append(str(path))
+            finally:
+                os.close(fd)
+            return
+        raise ValueError(f"{target} is not below an attachable root")
+
+    def detach_all(self) -> None:
+        while self.bound:
+            umount(self.bound.pop())
+
+
+def _open_below(root_fd: int, parts: tuple[str, ...]) -> int:
+    """Open root/parts... as a directory, never following a symlink on the way."""
+    fd = os.open(".", os.O_PATH | os.O_DIRECTORY, dir_fd=root_fd)
+    for part in parts:
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+        try:
+            nxt = os.open(part, flags, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = nxt
+    return fd
+
+
+#: A default POSIX ACL `u::rwx,g::rwx,o::rwx` (xattr format: version 2, then tag, perm, id):
+#: what ranks on other pods (other uids) create in the directory stays writable for all.
+_OPEN_DEFAULT_ACL = struct.pack(
+    "<I" + "HHI" * 3, 2, 0x01, 7, 0xFFFFFFFF, 0x04, 7, 0xFFFFFFFF, 0x20, 7, 0xFFFFFFFF
+)
+
+
+def _open_up(dir_fd: int) -> None:
+    """`chmod -R a+rwX` through descriptors only: another rank of the same job may be running
+    on another pod and swap an entry for a symlink meanwhile; nothing here follows one."""
+    os.fchmod(dir_fd, 0o777)
+    with contextlib.suppress(OSError):  # no ACL support: files made meanwhile stay private
+        os.setxattr(dir_fd, "system.posix_acl_default", _OPEN_DEFAULT_ACL)
+    with os.scandir(dir_fd) as it:
+        names = [entry.name for entry in it]
+    for name in names:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+        except OSError:
+            continue  # a symlink (ELOOP), a socket, or gone
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                _open_up(fd)
+            elif stat.S_ISREG(st.st_mode):
+                os.fchmod(fd, (st.st_mode & 0o777) | 0o666)
+        finally:
+            os.close(fd)
+
+
+def _mkdirs(path: Path) -> None:
+    """Create `path` in the pod's view (on our own covering tmpfs, where it is hidden)."""
+    for parent in reversed((path, *path.parents)):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(parent, 0o755)
 
 
 # --------------------------------------------------------------------------- IPC

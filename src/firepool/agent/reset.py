@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +57,8 @@ class ResetContext:
     shared_dirs: Sequence[str] = ()
     mounts_expected: frozenset[str] | None = None
     zygote_threads: int | None = None
+    #: Unmounts what was attached for the attempt (its checkpoint directory).
+    detach: Callable[[], None] | None = None
 
 
 def _tree(ctx: ResetContext, procs: dict[int, procfs.Proc]) -> set[int]:
@@ -224,6 +226,11 @@ def verified_reset(ctx: ResetContext) -> ResetResult:
     t = lap("verify", t)
     removed = 0
     if not survivors:  # never pull files from under a live process
+        if ctx.detach is not None:
+            try:
+                ctx.detach()
+            except OSError as exc:
+                problems.append(f"cannot detach the attempt's directories: {exc}")
         for path in ctx.dirs_to_empty:
             try:
                 removed += empty_dir(path)

@@ -42,6 +42,7 @@ from firepool.protocol import (
     ExitEvent,
     Health,
     IsolationMode,
+    JobEnv,
     LaunchFailedError,
     LaunchMode,
     LaunchRequest,
@@ -91,6 +92,7 @@ class Agent:
         self.start_ticks = procfs.boot_ticks_now() - 1
         self.marker_value = config.marker or f"{config.pod}.{secrets.token_hex(8)}"
         self.marker = f"{MARKER_VAR}={self.marker_value}".encode()
+        self.attacher = isolation.Attacher(config.attach_roots)  # before anything is covered
         self.confined = self._confine()
         shm_mib = config.memory_limit_mib or 2048
         self.scratch = Scratch(
@@ -214,6 +216,7 @@ class Agent:
                     attempt_dir / "install.log",
                     user=self.job_user,
                 )
+            self._attach(req)
             prepare_s = time.perf_counter() - t0
             entry = python_entry(req.argv) if req.warm else None
             mode = LaunchMode.FORK if entry is not None else LaunchMode.EXEC
@@ -257,6 +260,22 @@ class Agent:
                     attempt.timer.daemon = True
                     attempt.timer.start()
                 return attempt.launch
+
+    def _attach(self, req: LaunchRequest) -> None:
+        """The attempt's checkpoint directory, which outlives pods, made reachable for it."""
+        directory = req.topology_env.get(JobEnv.CHECKPOINT_DIR) or req.env.get(
+            JobEnv.CHECKPOINT_DIR
+        )
+        if not directory:
+            return
+        try:
+            self.attacher.attach(directory, bind=self.scratch.mode is IsolationMode.PRIVATE)
+        except ValueError as exc:
+            log.warning("checkpoint directory not attached: %s", exc)
+        except OSError as exc:
+            raise LaunchFailedError(
+                f"cannot attach checkpoint directory {directory}: {exc}", field="topology_env"
+            ) from None
 
     def _admit(self, req: LaunchRequest) -> LaunchResponse | None:
         job, retry = parse_attempt_id(req.attempt)
@@ -447,6 +466,7 @@ class Agent:
                 shared_dirs=self.shared_dirs if self.scratch.mode is IsolationMode.WEAK else [],
                 mounts_expected=self.mounts_expected,
                 zygote_threads=self.zygote_threads,
+                detach=self.attacher.detach_all,
             )
             result = verified_reset(ctx)
             if cur is not None and cur.exit is None:

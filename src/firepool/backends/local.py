@@ -107,6 +107,7 @@ class LocalBackend(BaseBackend):
         uid_count: int = 100_000,
         uid_claims: str | os.PathLike[str] = "/run/firepool/uids",
         hide_paths: Sequence[str | os.PathLike[str]] | None = None,
+        attach_roots: Sequence[str | os.PathLike[str]] | None = None,
         pids_max: int | None = 4096,
         nofile: int | None = 65536,
         cpu_quota: bool = True,
@@ -117,7 +118,10 @@ class LocalBackend(BaseBackend):
         Jobs run as uids `uid_base .. uid_base + uid_count - 1` (one per pod, when the broker is
         root); `hide_paths` are invisible to jobs in private mode (default: the directory
         holding the backend root, i.e. the broker's data directory with its store, tokens and
-        packages, unless that is shared, such as /var/tmp). `pids_max` and `nofile` cap each
+        packages, unless that is shared, such as /var/tmp). An attempt's checkpoint directory
+        (`JobEnv.CHECKPOINT_DIR`) is attached to its pod when it lies below one of
+        `attach_roots` (default: `checkpoints` beside the backend root, the embedded broker's
+        layout). `pids_max` and `nofile` cap each
         pod's processes and each process's open files; `cpu_quota` turns the pool's
         `cpus_per_pod` into a CFS quota."""
         if uid_base < 1000 or uid_count < 1 or uid_base + uid_count > 2**32 - 2:
@@ -131,11 +135,16 @@ class LocalBackend(BaseBackend):
         self.state_dir.mkdir(mode=0o700, exist_ok=True)
         self.uid_range = range(uid_base, uid_base + uid_count)
         self.uid_claims = Path(uid_claims)
+        parent = self.root.parent
+        shared_parent = parent == Path("/") or bool(parent.stat().st_mode & 0o002)
         if hide_paths is None:
-            parent = self.root.parent
-            shared = parent == Path("/") or parent.stat().st_mode & 0o002
-            hide_paths = [] if shared else [parent]
+            hide_paths = [] if shared_parent else [parent]
         self.hide_paths = tuple(str(Path(p).resolve()) for p in hide_paths)
+        if attach_roots is None:
+            attach_roots = [] if shared_parent else [parent / "checkpoints"]
+        for path in map(Path, attach_roots):
+            path.mkdir(mode=0o711, parents=True, exist_ok=True)  # agents open it at start
+        self.attach_roots = tuple(str(Path(p).resolve()) for p in attach_roots)
         self.pids_max = pids_max
         self.nofile = nofile
         self.cpu_quota = cpu_quota
@@ -375,6 +384,7 @@ class LocalBackend(BaseBackend):
             job_uid=uid,
             job_gid=uid,
             hide_paths=self.hide_paths,
+            attach_roots=self.attach_roots,
             cpu_quota=pool.cpus_per_pod if self.cpu_quota and pool.cpus_per_pod > 0 else None,
             pids_max=self.pids_max,
             nofile=self.nofile,

@@ -461,7 +461,11 @@ class Agent:
                 verify_timeout_s=self.config.verify_timeout_s,
                 faults=self.config.faults,
                 job_user=self.job_user,
-                owned_dirs=[self.layout.work, self.layout.tmp, self.layout.gpu],
+                owned_dirs=[
+                    self.layout.work,
+                    self.layout.gpu,
+                    *([self.layout.tmp] if self.scratch.mode is IsolationMode.WEAK else []),
+                ],
                 ipc_private=self.ipc_private,
                 shared_dirs=self.shared_dirs if self.scratch.mode is IsolationMode.WEAK else [],
                 mounts_expected=self.mounts_expected,

@@ -337,10 +337,27 @@ def test_two_backends_on_one_host_never_share_a_job_uid() -> None:
         assert not claim.exists()  # released with its pod
 
 
-def test_bad_uid_range_is_refused_naming_the_field() -> None:
-    with pytest.raises(ConfigError) as err:
-        LocalBackend(new_root("baduid"), uid_base=0)
-    assert err.value.field == "uid_base"
+@pytest.mark.parametrize(
+    ("option", "field"),
+    [
+        ({"uid_base": 0}, "uid_base"),
+        ({"uid_base": 2**32 - 10}, "uid_base"),
+        ({"uid_count": 0}, "uid_base"),
+        ({"pids_max": 3}, "pids_max"),
+        ({"nofile": 10}, "nofile"),
+        ({"isolation": "bogus"}, "isolation"),
+    ],
+)
+def test_bad_limits_and_uid_ranges_are_refused_naming_the_field(
+    option: dict[str, object], field: str
+) -> None:
+    root = new_root("badopt")
+    try:
+        with pytest.raises(ConfigError) as err:
+            LocalBackend(root, **option)  # type: ignore[arg-type]
+        assert err.value.field == field
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _freezer() -> Path | None:

@@ -121,13 +121,21 @@ class LocalBackend(BaseBackend):
         packages, unless that is shared, such as /var/tmp). An attempt's checkpoint directory
         (`JobEnv.CHECKPOINT_DIR`) is attached to its pod when it lies below one of
         `attach_roots` (default: `checkpoints` beside the backend root, the embedded broker's
-        layout). `pids_max` and `nofile` cap each
-        pod's processes and each process's open files; `cpu_quota` turns the pool's
-        `cpus_per_pod` into a CFS quota."""
+        layout). `pids_max` and `nofile` cap each pod's processes and each process's open
+        files; `cpu_quota` turns the pool's `cpus_per_pod` into a CFS quota."""
         if uid_base < 1000 or uid_count < 1 or uid_base + uid_count > 2**32 - 2:
             raise ConfigError(
                 f"uid range {uid_base}+{uid_count} must lie in 1000 .. 2^32-2", field="uid_base"
             )
+        if isolation not in ("auto", "private", "weak"):
+            raise ConfigError(
+                f"isolation {isolation!r}: choose auto, private or weak", field="isolation"
+            )
+        # A pod needs its agent-side helpers and a job a few processes and descriptors.
+        if pids_max is not None and pids_max < 16:
+            raise ConfigError(f"pids_max {pids_max} is below 16", field="pids_max")
+        if nofile is not None and nofile < 64:
+            raise ConfigError(f"nofile {nofile} is below 64", field="nofile")
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)  # a job's user may pass through to its pod, never list pods

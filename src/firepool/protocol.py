@@ -239,9 +239,12 @@ class ResetResult(StrictModel):
 
 
 class IsolationMode(StrEnum):
-    PRIVATE = "private"  # own mount namespace: private tmpfs on /dev/shm and /tmp
-    PRIVATE_SHM = "private-shm"  # own namespace, private /dev/shm; tmp only via TMPDIR
-    WEAK = "weak"  # shared /dev/shm and /tmp; per-pod dirs exported as TMPDIR only
+    #: Own mount and IPC namespaces: fresh tmpfs on /tmp, /var/tmp and /dev/shm, other pods and
+    #: the backend's state hidden; jobs run as the pod's own unprivileged uid.
+    PRIVATE = "private"
+    #: No namespace: the host's /tmp, /var/tmp, /dev/shm and SysV IPC are shared (reset sweeps
+    #: what the pod's uid left there); for single-user machines only.
+    WEAK = "weak"
 
 
 class MemoryLimitMode(StrEnum):
@@ -270,6 +273,10 @@ class Health(StrictModel):
     #: next launch waits for that). `last_scratch_release_ms` is how long the last release took.
     #: Other pods and the backend's state (pod secrets) are hidden from this pod's jobs.
     confined: bool = False
+    #: The uid jobs run as (None: the agent's own, when it cannot change user).
+    job_uid: int | None = None
+    #: Per-pod limits and the mechanism enforcing each, e.g. {"pids": "cgroup1:256"}.
+    limits: dict[str, str] = Field(default_factory=dict)
     scratch_releasing: bool = False
     last_scratch_release_ms: float = 0.0
 
@@ -308,6 +315,19 @@ class AgentConfig(StrictModel):
     #: Test hook: inject faults by name (`verify` makes every reset report unclean).
     faults: tuple[str, ...] = ()
     extra_env: dict[str, str] = Field(default_factory=dict)
+    #: The unprivileged uid/gid every job of this pod runs as (None: the agent's own).
+    job_uid: Annotated[int, Field(ge=1)] | None = None
+    job_gid: Annotated[int, Field(ge=1)] | None = None
+    #: Paths covered with an empty read-only tmpfs in the pod's namespace (the broker's data
+    #: directory, say); the pod's own directory stays visible.
+    hide_paths: tuple[str, ...] = ()
+    #: Host directories below which an attempt's `JobEnv.CHECKPOINT_DIR` may lie; the agent
+    #: attaches that one directory to the pod for the attempt (the rest stays hidden).
+    attach_roots: tuple[str, ...] = ()
+    #: CPU quota in cores (cgroup cpu.max / cfs quota), process cap and open-file cap.
+    cpu_quota: Annotated[float, Field(gt=0)] | None = None
+    pids_max: Annotated[int, Field(ge=16)] | None = None
+    nofile: Annotated[int, Field(ge=64)] | None = None
 
 
 class JobEnv:

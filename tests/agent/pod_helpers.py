@@ -136,17 +136,27 @@ async def make_pod(
     return record, backend.agent(record)
 
 
-def pods_processes(root: Path) -> list[int]:
-    """Processes whose command line or environment mention the test root (should be none)."""
+def pods_processes(root: Path, uids: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """Live processes of the pods under `root`: their command line or environment mentions the
+    root (a job's `sleep` child inherits HOME and PYTHONPATH below it), or they run as one of
+    the pods' uids (a child that cleared its environment). Should be none after a delete."""
     needle = str(root).encode()
     found = []
-    for pid in procfs.snapshot():
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if needle in fh.read():
-                    found.append(pid)
-        except OSError:
-            pass
+    me = os.getpid()
+    for pid, proc in procfs.snapshot().items():
+        if pid == me or proc.dead:
+            continue
+        if uids and procfs.real_uid(pid) in uids:
+            found.append(pid)
+            continue
+        for name in ("cmdline", "environ"):
+            try:
+                with open(f"/proc/{pid}/{name}", "rb") as fh:
+                    if needle in fh.read():
+                        found.append(pid)
+                        break
+            except OSError:
+                pass
     return found
 
 
@@ -160,7 +170,7 @@ def backend_at(tag: str, **kw: Any) -> Iterator[tuple[LocalBackend, Loop, Path]]
     finally:
         loop.run(backend.close())
         loop.close()
-        left = pods_processes(root)
+        left = pods_processes(root, backend.uids_handed_out)
         for pid in left:
             procfs.kill_quietly(pid, signal.SIGKILL)
         shutil.rmtree(root, ignore_errors=True)

@@ -3,29 +3,34 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import signal
+import tempfile
+import time
+import uuid
 import zipfile
 from pathlib import Path
 
 import pytest
 from pod_helpers import (
+    Loop,
     backend_at,
     json_job,
     make_pod,
     new_root,
     pods_processes,
+    py,
     read_log,
     run_job,
     wait_exit,
 )
 
 from firepool.agent import procfs
-from firepool.agent.isolation import needed_under_tmp
 from firepool.backends.base import PodBackend, PodCreate
-from firepool.backends.local import LocalBackend
-from firepool.model import PodRole, PoolSpec, UnavailableError
+from firepool.backends.local import UID_KEY, LocalBackend
+from firepool.model import ConfigError, PodRole, PoolSpec, UnavailableError
 from firepool.protocol import (
     IsolationMode,
     LaunchRequest,
@@ -53,19 +58,17 @@ def test_create_ready_delete_leaves_nothing() -> None:
         assert record.agent_url.startswith("http://127.0.0.1:")
         health = loop.run(backend.wait_ready(record.name))
         assert health.ok and health.pod == record.name
-        expected = IsolationMode.WEAK
-        if backend.capabilities.private_scratch:
-            # A private /tmp needs everything the pod runs from to live elsewhere.
-            hidden = needed_under_tmp(root / record.name / "tmp")
-            expected = IsolationMode.PRIVATE_SHM if hidden else IsolationMode.PRIVATE
-        assert health.isolation is expected
+        expected = IsolationMode.PRIVATE if backend.capabilities.private_scratch else "weak"
+        assert health.isolation == expected == record.isolation
         cgroups = _cgroup_dirs(root / record.name)
         client = backend.agent(record)
         loop.run(run_job(client, "a:0", ["sh", "-c", "sleep 100 & sleep 100 & echo started"]))
-        assert len(pods_processes(root)) >= 1
+        uids = backend.uids_handed_out
+        # the two `sleep` children: found by environment and uid, not only by command line
+        assert len([p for p in pods_processes(root, uids) if procfs.real_uid(p) in uids]) == 2
         loop.run(backend.delete(record.name))
         assert not (root / record.name).exists()
-        assert pods_processes(root) == []
+        assert pods_processes(root, uids) == []
         assert not procfs.alive(record.pid)
         assert all(not os.path.exists(d) for d in cgroups)
         assert loop.run(backend.list_pods()) == []
@@ -150,12 +153,14 @@ def _wheel(dir: Path) -> Path:
 
 def test_requirements_install_once_per_digest_and_are_importable() -> None:
     code = "import fpdemo; print(fpdemo.VERSION)"
-    # the wheel lives outside /tmp (a private pod has its own /tmp) and outside the backend
-    # root (a private pod sees only its own directory there)
+    # served over loopback: a private pod has its own /tmp and /var/tmp, and sees only its own
+    # directory of the backend root, so no host path would do
     wheels = new_root("wheels")
     wheels.mkdir()
-    req = RequirementsRef.of(f"--no-index\n{_wheel(wheels)}\n")
-    with backend_at("deps") as (backend, loop, _root):
+    wheel = _wheel(wheels)
+    server = PackageServer(wheel.read_bytes())
+    req = RequirementsRef.of(f"--no-index\nfpdemo @ {server.url}/{wheel.name}\n")
+    with server, backend_at("deps") as (backend, loop, _root):
         _record, client = loop.run(make_pod(backend, CPU))
         for retry, (argv, cached) in enumerate(
             [(["python", "-c", code], False), (["sh", "-c", f"python -c '{code}'"], True)]
@@ -242,3 +247,194 @@ def test_jobs_see_neither_other_pods_nor_pod_secrets() -> None:
         """
         seen = loop.run(json_job(client_a, "a:0", code))
         assert seen == {"top": [a.name], "leaks": []}
+
+
+def test_pod_dir_under_tmp_still_gets_private_tmp_var_tmp_and_shm() -> None:
+    """A clone, a virtual environment or the pods themselves under /tmp: the pod still gets
+    fresh /tmp, /var/tmp and /dev/shm, with what it needs bound back read-only."""
+    root = Path(tempfile.mkdtemp(prefix="firepool-test-undertmp-", dir="/tmp"))
+    loop = Loop()
+    backend = LocalBackend(root / "pods")
+    try:
+        if not backend.capabilities.private_scratch:
+            if os.environ.get("CI") == "true":
+                pytest.fail("CI=true and this host gives pods no private namespaces")
+            pytest.skip("needs private namespaces")
+        marker = Path("/tmp") / f"host-file-{uuid.uuid4().hex[:8]}"
+        marker.write_text("host")
+        record, client = loop.run(make_pod(backend, CPU))
+        assert loop.run(client.health()).isolation is IsolationMode.PRIVATE
+        code = f"""
+        import os, json
+        with open("/tmp/x", "w") as fh:
+            fh.write("x")
+        try:
+            open({str(root / "pods" / record.name / "mine")!r}, "w")
+            ro = "wrote"
+        except OSError as exc:
+            ro = type(exc).__name__
+        host = os.path.exists({str(marker)!r})
+        print(json.dumps({{"tmp": sorted(os.listdir("/tmp")), "host": host, "ro": ro}}))
+        """
+        seen = loop.run(json_job(client, "t:0", code))
+        assert seen["host"] is False and "x" in seen["tmp"] and seen["ro"] == "PermissionError"
+        assert loop.run(client.reset()).clean
+        seen = loop.run(json_job(client, "t:1", code))
+        assert seen["tmp"].count("x") == 1  # the first job's file is gone, this one's is new
+        marker.unlink()
+    finally:
+        loop.run(backend.close())
+        loop.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_hidden_paths_and_the_data_dir_are_invisible_to_jobs() -> None:
+    # Outside /tmp and /var/tmp (a private pod gets fresh ones of those anyway), in a directory
+    # every user may pass through, like a data dir under /srv or /var/lib.
+    if not os.access("/var/lib", os.W_OK):
+        pytest.skip("needs a writable /var/lib")
+    data = Path("/var/lib") / new_root("datadir").name
+    (data / "pods").mkdir(parents=True)
+    (data / "firepool.db").write_text("every caller's jobs and token hashes")
+    os.chmod(data / "firepool.db", 0o644)
+    loop = Loop()
+    backend = LocalBackend(data / "pods")  # the data dir is hidden by default
+    try:
+        if not backend.capabilities.private_scratch:
+            if os.environ.get("CI") == "true":
+                pytest.fail("CI=true and this host gives pods no private namespaces")
+            pytest.skip("needs private namespaces")
+        record, client = loop.run(make_pod(backend, CPU))
+        code = f"""
+        import os, json
+        try:
+            data = open({str(data / "firepool.db")!r}).read()
+        except OSError as exc:
+            data = type(exc).__name__
+        print(json.dumps([sorted(os.listdir({str(data)!r})), data, os.getcwd()]))
+        """
+        listing, content, cwd = loop.run(json_job(client, "h:0", code))
+        assert listing == ["pods"] and content == "FileNotFoundError"
+        assert cwd == str(data / "pods" / record.name / "work")
+    finally:
+        loop.run(backend.close())
+        loop.close()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def test_two_backends_on_one_host_never_share_a_job_uid() -> None:
+    with backend_at("uid-a") as (a, loop, _ra), backend_at("uid-b") as (b, _loop, _rb):
+        pa, _ = loop.run(make_pod(a, CPU))
+        pb, _ = loop.run(make_pod(b, CPU))
+        ua, ub = pa.annotations.get(UID_KEY), pb.annotations.get(UID_KEY)
+        if os.geteuid() != 0:
+            assert ua is ub is None
+            return
+        assert ua is not None and ub is not None and ua != ub
+        claim = a.uid_claims / ua
+        assert claim.exists()
+        loop.run(a.delete(pa.name))
+        assert not claim.exists()  # released with its pod
+
+
+@pytest.mark.parametrize(
+    ("option", "field"),
+    [
+        ({"uid_base": 0}, "uid_base"),
+        ({"uid_base": 2**32 - 10}, "uid_base"),
+        ({"uid_count": 0}, "uid_base"),
+        ({"pids_max": 3}, "pids_max"),
+        ({"nofile": 10}, "nofile"),
+        ({"isolation": "bogus"}, "isolation"),
+    ],
+)
+def test_bad_limits_and_uid_ranges_are_refused_naming_the_field(
+    option: dict[str, object], field: str
+) -> None:
+    root = new_root("badopt")
+    try:
+        with pytest.raises(ConfigError) as err:
+            LocalBackend(root, **option)  # type: ignore[arg-type]
+        assert err.value.field == field
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _freezer() -> Path | None:
+    base = Path("/sys/fs/cgroup/freezer")
+    return base if (base / "cgroup.procs").exists() else None
+
+
+def test_delete_keeps_a_pod_whose_processes_survive_and_retries() -> None:
+    """A process frozen by the cgroup v1 freezer does not die of SIGKILL until thawed: the
+    delete must say so and keep the pod instead of reporting success."""
+    freezer = _freezer()
+    if freezer is None:
+        pytest.skip("needs the cgroup v1 freezer")
+    with backend_at("survive", verify_timeout_s=0.2) as (backend, loop, root):
+        record, client = loop.run(make_pod(backend, CPU))
+        job = loop.run(client.launch(LaunchRequest(attempt="f:0", argv=["sleep", "1000"])))
+        frozen = freezer / f"firepool-test-{uuid.uuid4().hex[:8]}"
+        frozen.mkdir()
+        try:
+            (frozen / "cgroup.procs").write_text(str(job.pid))
+            (frozen / "freezer.state").write_text("FROZEN")
+            with pytest.raises(UnavailableError) as err:
+                loop.run(backend.delete(record.name))
+            assert str(job.pid) in err.value.message
+            kept = loop.run(backend.get(record.name))
+            assert kept is not None and (root / record.name).exists()
+            (frozen / "freezer.state").write_text("THAWED")
+            loop.run(backend.delete(record.name))  # the retry succeeds
+            assert loop.run(backend.get(record.name)) is None
+            assert not procfs.alive(job.pid)
+        finally:
+            (frozen / "freezer.state").write_text("THAWED")
+            for _ in range(100):
+                try:
+                    frozen.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+
+
+def test_an_attempts_checkpoint_dir_is_attached_alone_and_shared_across_pods() -> None:
+    """The checkpoint directory outlives pods: each attempt's pod (each with its own uid) sees
+    its job's directory, writable, and none of the other jobs' directories beside it."""
+    if not os.access("/var/lib", os.W_OK):
+        pytest.skip("needs a writable /var/lib")
+    data = Path("/var/lib") / new_root("attach").name
+    (data / "pods").mkdir(parents=True)
+    mine, other = data / "checkpoints" / "job-a", data / "checkpoints" / "job-b"
+    loop = Loop()
+    backend = LocalBackend(data / "pods")
+    try:
+        for path in (mine, other):
+            path.mkdir(parents=True)
+        (other / "secret").write_text("job-b's weights")
+        code = f"""
+        import os, json
+        d = os.environ["FIREPOOL_CHECKPOINT_DIR"]
+        with open(os.path.join(d, "log"), "a") as fh:
+            fh.write(str(os.getuid()) + "\\n")
+        try:
+            theirs = os.listdir({str(other)!r})
+        except OSError as exc:
+            theirs = type(exc).__name__
+        print(json.dumps(theirs))
+        """
+        env = {"FIREPOOL_CHECKPOINT_DIR": str(mine)}
+        uids = []
+        for n in range(2):  # two pods, two uids, one directory
+            record, client = loop.run(make_pod(backend, CPU))
+            uids.append(record.annotations.get(UID_KEY))
+            event, out = loop.run(run_job(client, f"job-a:{n}", py(code), topology_env=env))
+            assert event.exit_code == 0, loop.run(read_log(client, f"job-a:{n}", "stderr"))
+            if backend.capabilities.private_scratch:
+                assert json.loads(out) == "FileNotFoundError"
+            assert loop.run(client.reset()).clean
+        assert len((mine / "log").read_text().split()) == 2 and uids[0] != uids[1]
+    finally:
+        loop.run(backend.close())
+        loop.close()
+        shutil.rmtree(data, ignore_errors=True)

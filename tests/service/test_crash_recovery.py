@@ -12,7 +12,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -61,13 +63,33 @@ def wait_state(c: httpx.Client, job_id: str, states: set[str], timeout: float = 
         time.sleep(0.05)
 
 
+def counting_server(runs: list[str]) -> ThreadingHTTPServer:
+    """A loopback server that records each request path (one per launch of the job)."""
+
+    class Count(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            runs.append(self.path)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Count)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def test_sigkill_and_restart_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
     catalog = tmp_path / "pools.toml"
     catalog.write_text(CATALOG)
-    marker = tmp_path / "runs"
-    body = f"import time; open({str(marker)!r}, 'a').write('run\\n'); time.sleep(4); print('done')"
+    runs: list[str] = []  # a job cannot leave files on the host: it calls home instead
+    counter = counting_server(runs)
+    url = f"http://127.0.0.1:{counter.server_address[1]}/run"
+    body = (f"import time, urllib.request; urllib.request.urlopen({url!r}); time.sleep(4); "
+            "print('done')")
     server = start_server(data, catalog)
     try:
         bob_token = subprocess.run(
@@ -97,7 +119,7 @@ def test_sigkill_and_restart_loses_nothing_and_runs_nothing_twice(tmp_path: Path
             assert (done["state"], done["retries"], done["attempt"]) == (
                 "SUCCEEDED", 0, running["attempt"],
             )  # fmt: skip
-            assert marker.read_text() == "run\n"  # launched exactly once
+            assert runs == ["/run"]  # launched exactly once
             pods = {p["name"]: p for p in c.get("/v1/pods").json()["pods"]}
             assert pods[held]["state"] == "held" and pods[held]["owner"] == "local"
             again = c.post("/v1/jobs", json={"pool": "cpu", "command": ["true"], "lease_tag": "a"})
@@ -105,6 +127,7 @@ def test_sigkill_and_restart_loses_nothing_and_runs_nothing_twice(tmp_path: Path
             assert (final["state"], final["pods"][0]["name"]) == ("SUCCEEDED", held)
             assert final["pods"][0]["acquisition"] == "warm"
     finally:
+        counter.shutdown()
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
         subprocess.run([sys.executable, "-c", _CLEANUP, str(data)], check=False, timeout=60)

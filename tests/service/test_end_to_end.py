@@ -53,14 +53,10 @@ def test_exit_codes_retries_and_attempt_ids_on_every_store(
         assert (bad["state"], bad["exit_code"], bad["error_class"]) == (
             "FAILED", 3, "NonZeroExit",
         )  # fmt: skip
-        flag = tmp_path / "flag"
-        flaky = run(
+        flaky = run(  # the attempt id tells the retry apart (a job leaves no host files)
             c,
-            command=py(
-                f"import os,sys; p={str(flag)!r}\n"
-                "if os.path.exists(p): sys.exit(0)\n"
-                "open(p,'w').close(); sys.exit(1)"
-            ),
+            command=py("import os,sys; sys.exit(0 if os.environ['FIREPOOL_ATTEMPT']"
+                       ".endswith(':1') else 1)"),
             max_retries=2,
             lease_tag="s",
         )
@@ -151,14 +147,13 @@ def test_a_job_that_never_started_has_no_exit_code(broker: BrokerThread) -> None
 def test_an_old_attempt_can_never_report_into_the_new_one(
     broker: BrokerThread, tmp_path: Path
 ) -> None:
-    flag = tmp_path / "flag"
     with broker.client() as c:
         job_id = submit(
             c,
             command=py(
-                f"import os,sys,time; p={str(flag)!r}\n"
-                "if os.path.exists(p): time.sleep(2); sys.exit(0)\n"
-                "open(p,'w').close(); sys.exit(1)"
+                "import os,sys,time\n"
+                "if os.environ['FIREPOOL_ATTEMPT'].endswith(':1'): time.sleep(2); sys.exit(0)\n"
+                "sys.exit(1)"
             ),
             max_retries=1,
         )

@@ -4,6 +4,11 @@ The pool's memory limit is enforced with the best mechanism the host allows, in 
 a cgroup v2 `memory.max`, a cgroup v1 `memory.limit_in_bytes`, else `RLIMIT_AS` on each
 attempt's processes. Which one won is reported (health, logs), never assumed.
 
+The pool's CPU quota and the pod's process cap go the same way (cgroup v2 `cpu.max` and
+`pids.max` where those controllers are enabled, else the v1 `cpu` and `pids` hierarchies), with
+`RLIMIT_NPROC` on the pod's own uid as the process cap's fallback (and second line: a per-pod uid
+makes that per-user limit a per-pod one). `Health.limits` says which mechanism holds each.
+
 Independently, a cgroup v2 directory without controllers is used as a process ledger when the
 unified hierarchy is writable: the zygote joins it once, so every job process is born in it,
 and `cgroup.procs` lists them even after they `setsid` or double-fork (a process leaves only by
@@ -60,8 +65,19 @@ def _write(path: Path, value: str) -> bool:
         return False
 
 
+CFS_PERIOD_US = 100_000
+
+
 class PodCgroups:
-    def __init__(self, pod: str, memory_limit_mib: int | None) -> None:
+    def __init__(
+        self,
+        pod: str,
+        memory_limit_mib: int | None,
+        *,
+        cpu_quota: float | None = None,
+        pids_max: int | None = None,
+    ) -> None:
+        self.limits: dict[str, str] = {}
         self.limit_bytes = memory_limit_mib * 1024 * 1024 if memory_limit_mib else None
         self.mode = MemoryLimitMode.NONE
         self.ledger: Path | None = None  # cgroup v2 dir used to list/kill processes
@@ -97,7 +113,53 @@ class PodCgroups:
                     with contextlib.suppress(OSError):
                         made.rmdir()
                 self.mode = MemoryLimitMode.RLIMIT
-        log.info("memory limit: %s; process ledger: %s", self.mode.value, self.ledger)
+        if self.limit_bytes is not None:
+            self.limits["memory"] = f"{self.mode.value}:{self.limit_bytes}"
+        if pids_max is not None:
+            self._limit("pids", mounts, own, name, {"pids.max": str(pids_max)}, {})
+        if cpu_quota is not None:
+            quota = max(1000, int(cpu_quota * CFS_PERIOD_US))
+            self._limit(
+                "cpu",
+                mounts,
+                own,
+                name,
+                {"cpu.max": f"{quota} {CFS_PERIOD_US}"},
+                {"cpu.cfs_period_us": str(CFS_PERIOD_US), "cpu.cfs_quota_us": str(quota)},
+            )
+        log.info("limits: %s; process ledger: %s", self.limits, self.ledger)
+
+    def _limit(
+        self,
+        controller: str,
+        mounts: list[tuple[str, str, str]],
+        own: dict[str, str],
+        name: str,
+        v2: dict[str, str],
+        v1: dict[str, str],
+    ) -> None:
+        """Set one controller's limit through v2 (in the ledger) or its own v1 hierarchy."""
+        if self.ledger is not None and v2:
+            try:
+                enabled = controller in (self.ledger / "cgroup.controllers").read_text().split()
+            except OSError:
+                enabled = False
+            if enabled and all(_write(self.ledger / k, v) for k, v in v2.items()):
+                self.limits[controller] = f"cgroup2:{next(iter(v2.values()))}"
+                return
+        v1 = v1 or dict(v2)
+        root = next((m for m, t, o in mounts if t == "cgroup" and controller in o.split(",")), None)
+        key = next((k for k in own if controller in k.split(",")), None)
+        made = _make(root, own[key], name) if root and key else None
+        if made is None:
+            return
+        if all(_write(made / k, v) for k, v in v1.items()):
+            if made not in self._dirs:
+                self._dirs.append(made)
+            self.limits[controller] = f"cgroup1:{list(v1.values())[-1]}"
+        else:
+            with contextlib.suppress(OSError):
+                made.rmdir()
 
     def _v2_memory(self, path: Path) -> bool:
         try:
@@ -131,6 +193,8 @@ class PodCgroups:
             names.append("cgroup2-ledger")
         if self.mode is MemoryLimitMode.CGROUP1:
             names.append("cgroup1-memory")
+        names += [f"cgroup1-{c}" for c, how in self.limits.items()
+                  if c != "memory" and how.startswith("cgroup1")]  # fmt: skip
         return names
 
     def members(self) -> set[int]:

@@ -39,8 +39,12 @@ def installer_command(req_file: Path, site: Path) -> list[str]:
 
 
 def ensure(req: RequirementsRef, site: Path, work: Path, log_path: Path,
-           timeout: float = 1800.0) -> bool:  # fmt: skip
-    """Install `req` unless its marker exists; returns True when nothing had to be done."""
+           timeout: float = 1800.0, user: tuple[int, int] | None = None) -> bool:  # fmt: skip
+    """Install `req` unless its marker exists; returns True when nothing had to be done.
+
+    With `user` the installer runs as the pod's unprivileged uid (a requirement's build step
+    is the caller's code as much as the job is); it reads the requirements through an
+    inherited descriptor, since it cannot open the agent's log directory."""
     site.mkdir(parents=True, exist_ok=True)
     marker = marker_for(site, req.digest)
     if marker.exists():
@@ -50,10 +54,12 @@ def ensure(req: RequirementsRef, site: Path, work: Path, log_path: Path,
     req_file = log_path.with_name("requirements.txt")  # beside the log, not in the package
     req_file.write_text(req.text)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIREPOOL_")}
-    with open(log_path, "ab") as log:
+    env["HOME"] = str(work)
+    with open(log_path, "ab") as log, open(req_file, "rb") as req_fh:
+        os.chmod(req_file, 0o644)
         try:
             proc = subprocess.run(
-                installer_command(req_file, site),
+                installer_command(Path(f"/dev/fd/{req_fh.fileno()}"), site),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -61,6 +67,10 @@ def ensure(req: RequirementsRef, site: Path, work: Path, log_path: Path,
                 env=env,
                 timeout=timeout,
                 check=False,
+                pass_fds=[req_fh.fileno()],
+                user=user[0] if user else None,
+                group=user[1] if user else None,
+                extra_groups=[] if user else None,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise DependencyInstallFailedError(f"requirements install: {exc}") from None

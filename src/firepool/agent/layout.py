@@ -1,7 +1,7 @@
 """Where things live inside a pod directory, and which of them reset empties.
 
     <pod_dir>/work       the package root and the job's cwd/HOME   (emptied by reset)
-    <pod_dir>/tmp        TMPDIR in weak / private-shm mode         (emptied by reset)
+    <pod_dir>/tmp        TMPDIR in weak mode                       (emptied by reset)
     <pod_dir>/gpu        per-attempt GPU accounting files          (emptied by reset)
     <pod_dir>/logs       <attempt>/stdout, stderr, install.log     (emptied by reset)
     <pod_dir>/site       requirements installed for this pod       (kept: owner-only reuse)
@@ -58,10 +58,24 @@ class PodLayout:
     def wiped_dirs(self) -> list[Path]:
         return [self.work, self.gpu, self.logs]
 
-    def create(self) -> None:
+    def create(self, job_user: tuple[int, int] | None = None, private: bool = True) -> None:
+        """Make the directories, owned so that the job's user can write only its own
+        workspace, tmp (weak mode), GPU accounting files and installed requirements, and
+        read nothing else of the pod (logs, cached packages) but its installed requirements."""
         for path in (self.work, self.tmp, self.gpu, self.logs, self.site, self.package_cache):
             path.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.tmp, 0o1777)
+        if job_user is None:
+            os.chmod(self.tmp, 0o1777)
+            return
+        uid, gid = job_user
+        os.chmod(self.root, 0o711)
+        for path in (self.logs, self.cache):
+            os.chmod(path, 0o700)
+        for path in (self.work, self.gpu, self.site, *([] if private else [self.tmp])):
+            os.chown(path, uid, gid)
+            os.chmod(path, 0o700)
+        if private:  # TMPDIR is the pod's own /tmp: nobody writes here
+            os.chmod(self.tmp, 0o700)
 
     def attempt_logs(self, attempt: str) -> Path:
         path = self.logs / safe_name(attempt)

@@ -101,6 +101,26 @@ def environ_has(pid: int, needle: bytes) -> bool:
     return (b"\0" + needle + b"\0") in (b"\0" + data + b"\0")
 
 
+def thread_count(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
+
+
+def real_uid(pid: int) -> int | None:
+    """The real uid from /proc/<pid>/status (the directory's owner is root for a process that
+    changed its uid and so became non-dumpable)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def boot_ticks_now() -> int:
     """The current time in the clock `start_ticks` uses (clock ticks since boot)."""
     with open("/proc/uptime", "rb") as fh:

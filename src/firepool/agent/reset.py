@@ -10,8 +10,15 @@ pod's environment marker but is *not* ours (it escaped through something outside
 not touched but reported: we cannot prove what it holds, so the reset is `unclean`.
 
 Files. The package directory, per-attempt GPU accounting files, logs, volumes marked for wiping
-and the scratch spaces are emptied, then checked empty. Read-only caches (the package cache,
-installed requirements, configured caches) are kept.
+and the scratch spaces are emptied, then checked empty; the directories the job's user owns get
+their owner and mode back. Read-only caches (the package cache, installed requirements,
+configured caches) are kept. In weak mode whatever the pod's uid owns in the host's shared
+directories (/tmp, /var/tmp, /dev/shm...) is removed and checked gone.
+
+Kernel objects. SysV shared memory, semaphores and message queues are removed (all of them in
+the pod's own IPC namespace; in weak mode those the pod's uid owns or created) and checked gone.
+The set of mount points must be the one the agent set up (a leftover mount means something
+escaped our accounting), and the warm interpreter must still run only the threads it had.
 """
 
 from __future__ import annotations
@@ -19,11 +26,11 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from firepool.agent import procfs
+from firepool.agent import isolation, procfs
 from firepool.agent.cgroups import PodCgroups
 from firepool.agent.isolation import Scratch
 from firepool.protocol import ResetResult
@@ -41,6 +48,17 @@ class ResetContext:
     verify_timeout_s: float
     faults: Sequence[str] = ()
     steps_ms: dict[str, float] = field(default_factory=dict)
+    #: The job's (uid, gid), and directories it owns whose owner and mode reset restores.
+    job_user: tuple[int, int] | None = None
+    owned_dirs: Sequence[Path] = ()
+    #: True: every SysV object in sight is the pod's; False: only the job uid's are.
+    ipc_private: bool = False
+    #: Host directories shared with other users (weak mode) to sweep for the job uid's files.
+    shared_dirs: Sequence[str] = ()
+    mounts_expected: frozenset[str] | None = None
+    zygote_threads: int | None = None
+    #: Unmounts what was attached for the attempt (its checkpoint directory).
+    detach: Callable[[], None] | None = None
 
 
 def _tree(ctx: ResetContext, procs: dict[int, procfs.Proc]) -> set[int]:
@@ -130,6 +148,58 @@ def _is_empty(path: Path) -> bool:
         return next(it, None) is None
 
 
+def _restore_owned(ctx: ResetContext) -> list[str]:
+    """Owner and mode of the job's own directories back, and (weak mode) the job uid's files
+    gone from the host's shared directories."""
+    problems: list[str] = []
+    if ctx.job_user is None:
+        return problems
+    uid, gid = ctx.job_user
+    for path in ctx.owned_dirs:
+        if ctx.scratch.is_mounted(path):
+            continue
+        try:
+            os.chown(path, uid, gid, follow_symlinks=False)
+            os.chmod(path, 0o700, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            problems.append(f"cannot restore {path}: {exc}")
+    if ctx.shared_dirs:
+        roots = list(ctx.shared_dirs)
+        left = isolation.sweep_owned(uid, roots) + isolation.owned_leftovers(uid, roots)
+        if left:
+            problems.append("files of the pod's user left in shared dirs: " + ", ".join(left[:5]))
+    return problems
+
+
+def _kernel_objects(ctx: ResetContext) -> list[str]:
+    problems: list[str] = []
+    owner = None if ctx.ipc_private else (ctx.job_user[0] if ctx.job_user else -1)
+    if owner != -1:
+        objects = isolation.sysv_objects(owner)
+        if objects:
+            isolation.remove_sysv(objects)
+            left = isolation.sysv_objects(owner)
+            if left:
+                problems.append(f"SysV IPC objects survive removal: {left[:5]}")
+    if ctx.mounts_expected is not None:
+        with open("/proc/self/mountinfo") as fh:
+            now = frozenset(line.split()[4] for line in fh)
+        if now != ctx.mounts_expected:
+            extra = sorted(now - ctx.mounts_expected)[:5]
+            gone = sorted(ctx.mounts_expected - now)[:5]
+            problems.append(f"mounts changed: added {extra}, missing {gone}")
+    if ctx.zygote_threads is not None:
+        for pid in ctx.keep_pids:
+            threads = procfs.thread_count(pid)
+            if threads != ctx.zygote_threads:
+                problems.append(
+                    f"the warm interpreter runs {threads} threads, not {ctx.zygote_threads}"
+                )
+    return problems
+
+
 def verified_reset(ctx: ResetContext) -> ResetResult:
     start = time.perf_counter()
     steps = ctx.steps_ms
@@ -156,6 +226,11 @@ def verified_reset(ctx: ResetContext) -> ResetResult:
     t = lap("verify", t)
     removed = 0
     if not survivors:  # never pull files from under a live process
+        if ctx.detach is not None:
+            try:
+                ctx.detach()
+            except OSError as exc:
+                problems.append(f"cannot detach the attempt's directories: {exc}")
         for path in ctx.dirs_to_empty:
             try:
                 removed += empty_dir(path)
@@ -169,6 +244,9 @@ def verified_reset(ctx: ResetContext) -> ResetResult:
         except OSError as exc:
             problems.append(f"cannot renew scratch tmpfs: {exc}")
         t = lap("scratch", t)
+        problems += _restore_owned(ctx)
+        problems += _kernel_objects(ctx)
+        t = lap("objects", t)
     if "verify" in ctx.faults:
         problems.append("injected verification failure (test hook)")
     return ResetResult(

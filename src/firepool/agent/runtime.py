@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import resource
 import secrets
 import signal
 import socket
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from firepool.agent import deps, fetch, procfs, unpack
+from firepool.agent import deps, fetch, isolation, procfs, unpack
 from firepool.agent.cgroups import PodCgroups
 from firepool.agent.entry import python_entry
 from firepool.agent.events import EventPusher
@@ -41,6 +42,7 @@ from firepool.protocol import (
     ExitEvent,
     Health,
     IsolationMode,
+    JobEnv,
     LaunchFailedError,
     LaunchMode,
     LaunchRequest,
@@ -81,23 +83,47 @@ class Agent:
         zygote: tuple[subprocess.Popen[bytes], socket.socket] | None = None,
     ) -> None:
         self.config = config
+        os.chdir("/")  # never pin a mount the agent replaces (the pod dir under /var/tmp)
         self.layout = PodLayout(Path(config.pod_dir))
-        self.layout.create()
+        uid = config.job_uid if os.geteuid() == 0 else None
+        self.job_user = (uid, config.job_gid or uid) if uid is not None else None
+        self.layout.create(self.job_user, private=config.isolation is IsolationMode.PRIVATE)
         self.pid = os.getpid()
         self.start_ticks = procfs.boot_ticks_now() - 1
         self.marker_value = config.marker or f"{config.pod}.{secrets.token_hex(8)}"
         self.marker = f"{MARKER_VAR}={self.marker_value}".encode()
+        self.attacher = isolation.Attacher(config.attach_roots)  # before anything is covered
         self.confined = self._confine()
         shm_mib = config.memory_limit_mib or 2048
         self.scratch = Scratch(
             config.isolation,
+            self.layout.root,
             self.layout.tmp,
             shm_mib,
             tmp_mib=4096,
             work=self.layout.work,
             work_mib=config.workspace_mib,
+            owner=self.job_user or (0, 0),
+            hide_paths=config.hide_paths,
         )
-        self.cgroups = PodCgroups(config.pod, config.memory_limit_mib)
+        private = self.scratch.mode is IsolationMode.PRIVATE
+        self.procs_hidden = private and isolation.hide_processes()
+        self.ipc_private = private and isolation.ipc_namespace_private()
+        self.mounts_expected = self._mount_points() if private else None
+        self.shared_dirs = [*isolation.SCRATCH_DIRS, *isolation.shared_writable()]
+        self.cgroups = PodCgroups(
+            config.pod,
+            config.memory_limit_mib,
+            cpu_quota=config.cpu_quota,
+            pids_max=config.pids_max,
+        )
+        self.rlimits: dict[str, int] = {}
+        if config.nofile is not None:
+            self.rlimits["NOFILE"] = _below_hard(resource.RLIMIT_NOFILE, config.nofile)
+        if config.pids_max is not None and self.job_user is not None:
+            # per uid, and the uid is the pod's own
+            self.rlimits["NPROC"] = _below_hard(resource.RLIMIT_NPROC, config.pids_max)
+        self.zygote_threads: int | None = None
         # The backend removes these if the agent dies without cleaning up.
         (self.layout.root / "agent.cgroups").write_text(
             "".join(f"{d}\n" for d in self.cgroups.dirs)
@@ -129,6 +155,11 @@ class Agent:
             return False
         return True
 
+    @staticmethod
+    def _mount_points() -> frozenset[str]:
+        with open("/proc/self/mountinfo") as fh:
+            return frozenset(line.split()[4] for line in fh)
+
     # ------------------------------------------------------------------ health
 
     def health(self) -> Health:
@@ -148,6 +179,13 @@ class Agent:
                 devices=list(self.config.devices),
                 pid=self.pid,
                 confined=self.confined,
+                job_uid=self.job_user[0] if self.job_user else None,
+                limits={
+                    **self.cgroups.limits,
+                    **{k.lower(): f"rlimit:{v}" for k, v in self.rlimits.items()},
+                    "ipc": "namespace" if self.ipc_private else "shared",
+                    "proc": "hidepid" if self.procs_hidden else "shared",
+                },
                 scratch_releasing=not self.scratch.released,
                 last_scratch_release_ms=round(self.scratch.last_release_ms, 3),
             )
@@ -163,16 +201,22 @@ class Agent:
             self.scratch.wait_released()  # the last reset's scratch memory is back
             attempt_dir = self.layout.attempt_logs(req.attempt)
             package_cached = requirements_cached = False
+            if self.zygote_threads is None and self.zygote.ready.is_set():
+                self.zygote_threads = procfs.thread_count(self.zygote.pid)
             if req.package is not None:
                 archive, package_cached = fetch.fetch(req.package, self.layout.package_cache)
                 unpack.unpack(archive, self.layout.work)
+                if self.job_user is not None:
+                    _chown_tree(self.layout.work, *self.job_user)
             if req.requirements is not None:
                 requirements_cached = deps.ensure(
                     req.requirements,
                     self.layout.site,
                     self.layout.work,
                     attempt_dir / "install.log",
+                    user=self.job_user,
                 )
+            self._attach(req)
             prepare_s = time.perf_counter() - t0
             entry = python_entry(req.argv) if req.warm else None
             mode = LaunchMode.FORK if entry is not None else LaunchMode.EXEC
@@ -189,6 +233,9 @@ class Agent:
                 "stderr": str(attempt_dir / "stderr"),
                 "sys_path": [str(self.layout.site)],
                 "rlimit_as": self.cgroups.rlimit_as,
+                "rlimits": self.rlimits,
+                "uid": self.job_user[0] if self.job_user else None,
+                "gid": self.job_user[1] if self.job_user else None,
             }
             attempt.started_at = time.time()
             try:
@@ -213,6 +260,22 @@ class Agent:
                     attempt.timer.daemon = True
                     attempt.timer.start()
                 return attempt.launch
+
+    def _attach(self, req: LaunchRequest) -> None:
+        """The attempt's checkpoint directory, which outlives pods, made reachable for it."""
+        directory = req.topology_env.get(JobEnv.CHECKPOINT_DIR) or req.env.get(
+            JobEnv.CHECKPOINT_DIR
+        )
+        if not directory:
+            return
+        try:
+            self.attacher.attach(directory, bind=self.scratch.mode is IsolationMode.PRIVATE)
+        except ValueError as exc:
+            log.warning("checkpoint directory not attached: %s", exc)
+        except OSError as exc:
+            raise LaunchFailedError(
+                f"cannot attach checkpoint directory {directory}: {exc}", field="topology_env"
+            ) from None
 
     def _admit(self, req: LaunchRequest) -> LaunchResponse | None:
         job, retry = parse_attempt_id(req.attempt)
@@ -245,6 +308,8 @@ class Agent:
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             "TMPDIR": self.scratch.tmpdir,
             "PYTHONPATH": str(self.layout.site),
+            "USER": "firepool",
+            "LOGNAME": "firepool",
             "FIREPOOL_POD": cfg.pod,
             "FIREPOOL_ATTEMPT": req.attempt,
             MARKER_VAR: self.marker_value,
@@ -395,6 +460,17 @@ class Agent:
                 ],
                 verify_timeout_s=self.config.verify_timeout_s,
                 faults=self.config.faults,
+                job_user=self.job_user,
+                owned_dirs=[
+                    self.layout.work,
+                    self.layout.gpu,
+                    *([self.layout.tmp] if self.scratch.mode is IsolationMode.WEAK else []),
+                ],
+                ipc_private=self.ipc_private,
+                shared_dirs=self.shared_dirs if self.scratch.mode is IsolationMode.WEAK else [],
+                mounts_expected=self.mounts_expected,
+                zygote_threads=self.zygote_threads,
+                detach=self.attacher.detach_all,
             )
             result = verified_reset(ctx)
             if cur is not None and cur.exit is None:
@@ -426,3 +502,17 @@ class Agent:
         self.zygote.close()
         self.events.close()
         self.cgroups.remove()
+
+
+def _below_hard(which: int, value: int) -> int:
+    """A limit the agent can actually set (raising a hard limit needs CAP_SYS_RESOURCE,
+    which a container's root may lack)."""
+    hard = resource.getrlimit(which)[1]
+    return value if hard == resource.RLIM_INFINITY else min(value, hard)
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Hand an unpacked package to the job's user (the agent unpacks it as root)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            os.lchown(os.path.join(dirpath, name), uid, gid)

@@ -21,7 +21,14 @@ from urllib.parse import parse_qs, urlsplit
 from pydantic import BaseModel, ValidationError
 
 from firepool.agent.runtime import Agent
-from firepool.model import ErrorCode, FirepoolError, NotFoundError, UnauthorizedError
+from firepool.model import (
+    ErrorCode,
+    FirepoolError,
+    NotFoundError,
+    PayloadTooLargeError,
+    RequestValidationError,
+    UnauthorizedError,
+)
 from firepool.protocol import AttemptPhase, LaunchRequest, StopReason, StopRequest
 
 log = logging.getLogger("firepool.agent")
@@ -37,6 +44,7 @@ _STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAVAILABLE: 503,
 }
 _MAX_BODY = 8 * 1024 * 1024
+_BODY_TIMEOUT_S = 30.0
 _ATTEMPT = r"/v1/attempts/(?P<attempt>[^/]+)"
 
 
@@ -80,17 +88,41 @@ class Handler(BaseHTTPRequestHandler):
             body = json.dumps(payload).encode()
         self._send(status, body)
 
-    def _body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
+    def _body(self) -> dict[str, Any]:
+        """The request's JSON object. Whatever is wrong with it is the caller's error, typed
+        and naming what was wrong; the connection is closed when the body was not read."""
+        header = self.headers.get("Content-Length") or "0"
+        if not header.isdigit():
+            self.close_connection = True
+            raise RequestValidationError(
+                f"Content-Length {header[:40]!r} is not a byte count", field="Content-Length"
+            )
+        length = int(header)
         if length > _MAX_BODY:
-            raise FirepoolError("request body too large")
-        raw = self.rfile.read(length) if length else b"{}"
+            self.close_connection = True
+            raise PayloadTooLargeError(
+                f"request body of {length} bytes, at most {_MAX_BODY}", field="body"
+            )
+        self.connection.settimeout(_BODY_TIMEOUT_S)  # a body promised but never sent
         try:
-            return json.loads(raw)
-        except ValueError:
-            from firepool.model import RequestValidationError
-
-            raise RequestValidationError("request body is not JSON") from None
+            raw = self.rfile.read(length) if length else b"{}"
+        except TimeoutError:
+            self.close_connection = True
+            raise RequestValidationError(
+                f"request body not received within {_BODY_TIMEOUT_S:g}s", field="body"
+            ) from None
+        finally:
+            self.connection.settimeout(None)
+        if len(raw) < length:
+            self.close_connection = True
+            raise RequestValidationError("request body shorter than Content-Length", field="body")
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise RequestValidationError("request body is not JSON", field="body") from None
+        if not isinstance(body, dict):
+            raise RequestValidationError("request body must be a JSON object", field="body")
+        return body
 
     def _authorized(self) -> bool:
         got = self.headers.get("Authorization", "")
@@ -101,7 +133,7 @@ class Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         try:
             if not self._authorized():
-                raise UnauthorizedError("missing or wrong pod secret")
+                raise UnauthorizedError("missing or wrong pod secret", field="Authorization")
             for pattern, fn in routes:
                 match = re.fullmatch(pattern, url.path)
                 if match:
@@ -112,7 +144,7 @@ class Handler(BaseHTTPRequestHandler):
             self._json(_STATUS.get(exc.code, 500), exc.to_dict())
         except ValidationError as exc:
             first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or None
+            field = ".".join(str(p) for p in first["loc"]) or "body"
             self._json(422, {"error": "ValidationError", "message": first["msg"], "field": field})
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
@@ -137,6 +169,12 @@ class Handler(BaseHTTPRequestHandler):
                 (r"/v1/reset", self._reset),
             ]
         )
+
+    def _no_such_method(self) -> None:
+        self.close_connection = True  # a body we do not read must not be taken as a request
+        self._dispatch([])
+
+    do_PUT = do_DELETE = do_PATCH = _no_such_method
 
     # ------------------------------------------------------------------ routes
 
@@ -164,9 +202,21 @@ class Handler(BaseHTTPRequestHandler):
         agent = self.server.agent
         stream = query.get("stream", ["stdout"])[0]
         if stream not in ("stdout", "stderr", "install.log"):
-            raise NotFoundError(f"no log stream {stream!r}", field="stream")
-        offset = int(query.get("offset", ["0"])[0])
-        follow = query.get("follow", ["0"])[0] in ("1", "true")
+            raise RequestValidationError(
+                f"no log stream {stream[:40]!r}: stdout, stderr or install.log", field="stream"
+            )
+        raw_offset = query.get("offset", ["0"])[0]
+        if not raw_offset.isdigit():
+            raise RequestValidationError(
+                f"offset {raw_offset[:40]!r} is not a byte offset (an integer >= 0)", field="offset"
+            )
+        offset = int(raw_offset)
+        raw_follow = query.get("follow", ["0"])[0]
+        if raw_follow not in ("0", "1", "true", "false"):
+            raise RequestValidationError(
+                f"follow {raw_follow[:40]!r}: 0, 1, true or false", field="follow"
+            )
+        follow = raw_follow in ("1", "true")
         agent.status(attempt)  # NotFound for an unknown attempt
         path = agent.layout.log_file(attempt, stream)
         self.wfile.write(

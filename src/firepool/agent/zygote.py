@@ -9,7 +9,8 @@ and peak RSS to the agent over a socketpair, one JSON object per line.
 
 Requests:  {"op": "join", "cgroup_procs": [...]}   (once, before any spawn)
            {"op": "spawn", "id", "mode": "fork"|"exec", "argv", "env", "cwd", "stdout",
-            "stderr", "sys_path": [...], "rlimit_as": int|null}
+            "stderr", "sys_path": [...], "rlimit_as": int|null, "uid": int|null, "gid": int|null,
+            "rlimits": {"NOFILE": int, "NPROC": int}}
 Events:    {"ev": "ready", "pid", "modules", "failed"}
            {"ev": "joined", "ok", "error"}
            {"ev": "spawned", "id", "pid", "t"} | {"ev": "spawn_error", "id", "message"}
@@ -41,14 +42,17 @@ from typing import Any
 from firepool.agent.entry import python_entry, sys_argv_for
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def set_subreaper() -> bool:
     """Orphans (setsid'd or double-forked grandchildren) are re-parented to us, not to init,
     so they stay visible as our descendants in /proc until reset kills them."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+        return bool(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 
@@ -104,7 +108,22 @@ def _child_setup(req: dict[str, Any], errpipe: int, cgroups: list[str]) -> None:
     os.dup2(err, 2)
     os.closerange(3, errpipe)
     os.closerange(errpipe + 1, 1 << 16)
+    for name, value in (req.get("rlimits") or {}).items():
+        resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (int(value), int(value)))
+    _drop_privileges(req.get("uid"), req.get("gid"))
     os.chdir(req["cwd"])
+
+
+def _drop_privileges(uid: int | None, gid: int | None) -> None:
+    """Become the pod's unprivileged user for good (real, effective and saved ids, no
+    supplementary groups) and forbid regaining privileges through set-uid programs. The log
+    files are already open: they stay root's, the job only holds descriptors to them."""
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(gid or uid, gid or uid, gid or uid)
+        os.setresuid(uid, uid, uid)
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
 def _write(path: str, value: str) -> None:
@@ -303,6 +322,7 @@ def main(argv: list[str]) -> int:
     fd = int(argv[0])
     modules = [m for m in argv[1].split(",") if m] if len(argv) > 1 else []
     sock = socket.socket(fileno=fd)
+    os.chdir("/")  # never pin the pod directory's mount: the agent replaces mounts under it
     set_subreaper()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     loaded, failed = preload(modules)

@@ -133,6 +133,8 @@ class PodView(StrictModel):
     job: str | None = None
     hold_until: float | None = None
     created_at: float
+    #: How the pod is isolated (`private` or `weak`, see docs/pod-agent.md); None if unknown.
+    isolation: str | None = None
 
 
 class PodList(StrictModel):

@@ -2,10 +2,16 @@
 
 Create writes the agent's config (0600, with the per-pod secret), opens the listening socket
 itself and hands it to the agent, so the pod's URL is known at once and no port can be stolen,
-then starts `python -m firepool.agent` in a new session, inside a private mount namespace
-(`unshare --mount`) when the kernel permits. Probing which isolation the host allows happens
-once per backend and is logged; where no namespace can be had, pods run in an explicit, logged
-weaker mode (per-pod TMPDIR, shared /dev/shm).
+then starts `python -m firepool.agent` in a new session, inside private mount and IPC
+namespaces (`unshare --mount --ipc`) when the host permits (root). Probing which isolation the
+host allows happens once per backend and is logged; where no namespace can be had, pods run in
+an explicit, logged weaker mode (per-pod TMPDIR, shared /tmp, /var/tmp, /dev/shm and IPC).
+
+Jobs never run as the broker's user: when the broker is root, each pod gets an unprivileged uid
+of its own from a configurable range, claimed host-wide by an exclusive file in `uid_claims`
+(so two brokers on one host never hand out the same uid), and released when the pod is deleted.
+The agent (root) keeps what it needs to reset the pod; jobs cannot read other pods, the backend's
+state, other processes' environments, or signal anything outside their pod.
 
 Every pod has a state file (`<root>/.state/<pod>.pod.json`, 0600) holding its record: agent URL,
 secret, devices and annotations (owner, hold...). A new backend over the same root rebuilds its
@@ -22,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import pwd
 import secrets
 import shutil
 import signal
@@ -33,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
+from firepool.agent import isolation as iso
 from firepool.agent import procfs
 from firepool.agent.runtime import MARKER_VAR
 from firepool.backends.base import BackendCapabilities, BaseBackend, PodCreate, PodRecord
@@ -45,29 +53,40 @@ log = logging.getLogger("firepool.backends.local")
 
 IsolationChoice = Literal["auto", "private", "weak"]
 
-_UNSHARE_VARIANTS: tuple[tuple[str, ...], ...] = (
-    ("unshare", "--mount", "--propagation", "private"),
-    ("unshare", "--user", "--map-root-user", "--mount", "--propagation", "private"),
-)
+#: Private mode needs real root: mount and IPC namespaces for the pod, and a uid of its own for
+#: the jobs. A user namespace mapping only the broker's user would give jobs the agent's uid,
+#: which is no boundary between a job and its agent's secret, so it is not offered as private.
+_UNSHARE = ("unshare", "--mount", "--ipc", "--propagation", "private")
+UID_KEY = "firepool.io/uid"
+#: The agent's environment: what an interpreter and an installer need, nothing of the broker's
+#: own (a broker's cloud credentials must not reach a pod through inheritance).
+_AGENT_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "PYTHONHOME",
+              "VIRTUAL_ENV", "LD_LIBRARY_PATH", "CI")  # fmt: skip
+_AGENT_ENV_PREFIXES = ("PIP_", "UV_", "CUDA_", "NVIDIA_")
 
 
 def probe_unshare() -> tuple[str, ...] | None:
     """The unshare prefix this host permits (and under which tmpfs can be mounted), or None."""
-    if shutil.which("unshare") is None:
+    if shutil.which("unshare") is None or os.geteuid() != 0:
         return None
-    for prefix in _UNSHARE_VARIANTS:
-        try:
-            ok = subprocess.run(
-                [*prefix, "sh", "-c", "mount -t tmpfs none /dev/shm"],
-                capture_output=True,
-                timeout=10,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if ok.returncode == 0:
-            return prefix
-    return None
+    try:
+        ok = subprocess.run(
+            [*_UNSHARE, "sh", "-c", "mount -t tmpfs none /dev/shm"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return _UNSHARE if ok.returncode == 0 else None
+
+
+def _uid_in_passwd(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+        return True
+    except KeyError:
+        return False
 
 
 class LocalBackend(BaseBackend):
@@ -84,14 +103,61 @@ class LocalBackend(BaseBackend):
         agent_env: Mapping[str, str] | None = None,
         volumes: Mapping[str, bool] | None = None,
         faults: Sequence[str] = (),
+        uid_base: int = 2_000_000,
+        uid_count: int = 100_000,
+        uid_claims: str | os.PathLike[str] = "/run/firepool/uids",
+        hide_paths: Sequence[str | os.PathLike[str]] | None = None,
+        attach_roots: Sequence[str | os.PathLike[str]] | None = None,
+        pids_max: int | None = 4096,
+        nofile: int | None = 65536,
+        cpu_quota: bool = True,
     ) -> None:
         """`volumes` maps a per-pod volume name to whether reset wipes it (True) or keeps it as
         a cache (False); each is `<pod>/volumes/<name>`, exported to jobs as
-        `FIREPOOL_VOLUME_<NAME>`. `faults` is the agent's test hook (see AgentConfig)."""
+        `FIREPOOL_VOLUME_<NAME>`. `faults` is the agent's test hook (see AgentConfig).
+        Jobs run as uids `uid_base .. uid_base + uid_count - 1` (one per pod, when the broker is
+        root); `hide_paths` are invisible to jobs in private mode (default: the directory
+        holding the backend root, i.e. the broker's data directory with its store, tokens and
+        packages, unless that is shared, such as /var/tmp). An attempt's checkpoint directory
+        (`JobEnv.CHECKPOINT_DIR`) is attached to its pod when it lies below one of
+        `attach_roots` (default: `checkpoints` beside the backend root, the embedded broker's
+        layout). `pids_max` and `nofile` cap each pod's processes and each process's open
+        files; `cpu_quota` turns the pool's `cpus_per_pod` into a CFS quota."""
+        if uid_base < 1000 or uid_count < 1 or uid_base + uid_count > 2**32 - 2:
+            raise ConfigError(
+                f"uid range {uid_base}+{uid_count} must lie in 1000 .. 2^32-2", field="uid_base"
+            )
+        if isolation not in ("auto", "private", "weak"):
+            raise ConfigError(
+                f"isolation {isolation!r}: choose auto, private or weak", field="isolation"
+            )
+        # A pod needs its agent-side helpers and a job a few processes and descriptors.
+        if pids_max is not None and pids_max < 16:
+            raise ConfigError(f"pids_max {pids_max} is below 16", field="pids_max")
+        if nofile is not None and nofile < 64:
+            raise ConfigError(f"nofile {nofile} is below 64", field="nofile")
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o711)  # a job's user may pass through to its pod, never list pods
         self.state_dir = self.root / ".state"
         self.state_dir.mkdir(mode=0o700, exist_ok=True)
+        self.uid_range = range(uid_base, uid_base + uid_count)
+        self.uid_claims = Path(uid_claims)
+        parent = self.root.parent
+        shared_parent = parent == Path("/") or bool(parent.stat().st_mode & 0o002)
+        if hide_paths is None:
+            hide_paths = [] if shared_parent else [parent]
+        self.hide_paths = tuple(str(Path(p).resolve()) for p in hide_paths)
+        if attach_roots is None:
+            attach_roots = [] if shared_parent else [parent / "checkpoints"]
+        for path in map(Path, attach_roots):
+            path.mkdir(mode=0o711, parents=True, exist_ok=True)  # agents open it at start
+        self.attach_roots = tuple(str(Path(p).resolve()) for p in attach_roots)
+        self.pids_max = pids_max
+        self.nofile = nofile
+        self.cpu_quota = cpu_quota
+        #: Every uid this backend gave a pod (leftover checks look for processes of these).
+        self.uids_handed_out: set[int] = set()
         self.python = python
         self.shutdown_grace_s = shutdown_grace_s
         self.verify_timeout_s = verify_timeout_s
@@ -113,8 +179,15 @@ class LocalBackend(BaseBackend):
         if isolation != "weak":
             self._unshare = probe_unshare()
             if self._unshare is None and isolation == "private":
-                raise ConfigError("private pod isolation requested but unshare is not permitted")
-        mode = "private (mount namespace)" if self._unshare else "weak (shared /dev/shm, /tmp)"
+                raise ConfigError(
+                    "private pod isolation needs root and mount/IPC namespaces (unshare)",
+                    field="isolation",
+                )
+        mode = (
+            "private (mount+IPC namespaces, per-pod uid)"
+            if self._unshare
+            else "weak (shared /tmp, /var/tmp, /dev/shm, IPC)"
+        )
         log.info("local backend at %s: isolation %s, devices %s via %s",
                  self.root, mode, [d.uuid for d in self.devices], discovery)  # fmt: skip
         self._isolation_reported = False
@@ -161,6 +234,57 @@ class LocalBackend(BaseBackend):
                 log.error("unreadable pod state %s: %s", path, exc)
                 continue
             self._records[record.name] = record.model_copy(update={"alive": self._alive(record)})
+
+    # ------------------------------------------------------------------ uids
+
+    @property
+    def _own_uids(self) -> bool:
+        return os.geteuid() == 0
+
+    def _claim_uid(self, name: str) -> int | None:
+        """The lowest uid of the range no live pod of any broker on this host holds."""
+        if not self._own_uids:
+            return None
+        self.uid_claims.mkdir(mode=0o700, parents=True, exist_ok=True)
+        pods = [*self._records.values(), *self._deleting.values()]
+        used = {int(r.annotations[UID_KEY]) for r in pods if UID_KEY in r.annotations}
+        for uid in self.uid_range:
+            if uid in used or _uid_in_passwd(uid):
+                continue
+            claim = self.uid_claims / str(uid)
+            for _ in range(2):
+                try:
+                    fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                except FileExistsError:
+                    if not self._stale_claim(claim):
+                        break
+                    with contextlib.suppress(FileNotFoundError):
+                        claim.unlink()
+                    continue
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(f"{self.root}\n{name}\n")
+                self.uids_handed_out.add(uid)
+                return uid
+        raise UnavailableError(f"no free job uid in {self.uid_range}")
+
+    @staticmethod
+    def _stale_claim(claim: Path) -> bool:
+        """A claim whose pod has no state file any more (deleted, or its backend root removed)
+        and that is not brand new (its pod may be being created right now)."""
+        try:
+            root, name = claim.read_text().split("\n")[:2]
+            age = time.time() - claim.stat().st_mtime
+        except (OSError, ValueError):
+            return False
+        return age > 60 and not (Path(root) / ".state" / f"{name}.pod.json").exists()
+
+    def _release_uid(self, uid: str | None, name: str) -> None:
+        if uid is None:
+            return
+        claim = self.uid_claims / uid
+        with contextlib.suppress(OSError, ValueError):
+            if claim.read_text().split("\n")[:2] == [str(self.root), name]:
+                claim.unlink()
 
     def _marker(self, record: PodRecord) -> bytes:
         return f"{MARKER_VAR}={record.annotations.get('firepool.io/marker', '')}".encode()
@@ -210,6 +334,23 @@ class LocalBackend(BaseBackend):
         if name in self._records or name in self._deleting:
             raise ConfigError(f"pod {name} already exists", field="name")
         devices, device_mib = self._allocate(req)
+        uid = self._claim_uid(name)
+        try:
+            return self._start(req, name, devices, device_mib, uid)
+        except BaseException:
+            if uid is not None:
+                self._release_uid(str(uid), name)
+            raise
+
+    def _start(
+        self,
+        req: PodCreate,
+        name: str,
+        devices: tuple[str, ...],
+        device_mib: int | None,
+        uid: int | None,
+    ) -> PodRecord:
+        pool = req.pool
         pod_dir = self.root / name
         pod_dir.mkdir(mode=0o700)
         secret = secrets.token_urlsafe(24)
@@ -218,6 +359,10 @@ class LocalBackend(BaseBackend):
         for vol in self.volumes:
             path = pod_dir / "volumes" / vol
             path.mkdir(parents=True)
+            if uid is not None:
+                os.chmod(pod_dir / "volumes", 0o711)
+                os.chown(path, uid, uid)
+                os.chmod(path, 0o700)
             volume_env[f"FIREPOOL_VOLUME_{vol.upper()}"] = str(path)
         config = AgentConfig(
             pod=name,
@@ -244,6 +389,13 @@ class LocalBackend(BaseBackend):
                 if not wipe
             ),
             extra_env=volume_env,
+            job_uid=uid,
+            job_gid=uid,
+            hide_paths=self.hide_paths,
+            attach_roots=self.attach_roots,
+            cpu_quota=pool.cpus_per_pod if self.cpu_quota and pool.cpus_per_pod > 0 else None,
+            pids_max=self.pids_max,
+            nofile=self.nofile,
         )
         config_path = self._config_file(name)
         fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -258,10 +410,12 @@ class LocalBackend(BaseBackend):
                "--listen-fd", str(listener.fileno())]  # fmt: skip
         if self._unshare:
             cmd = [*self._unshare, *cmd]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FIREPOOL_")}
+        env = {k: v for k, v in os.environ.items()
+               if k in _AGENT_ENV or k.startswith(_AGENT_ENV_PREFIXES)}  # fmt: skip
         env.update(self.agent_env)
         env[MARKER_VAR] = marker
-        with open(pod_dir / "agent.log", "ab") as logf:
+        log_fd = os.open(pod_dir / "agent.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(log_fd, "ab") as logf:
             proc = subprocess.Popen(
                 cmd,
                 pass_fds=[listener.fileno()],
@@ -285,7 +439,11 @@ class LocalBackend(BaseBackend):
             template_version=pool.template_version,
             pid=proc.pid,
             isolation=self.isolation.value,
-            annotations={**req.annotations, "firepool.io/marker": marker},
+            annotations={
+                **req.annotations,
+                "firepool.io/marker": marker,
+                **({UID_KEY: str(uid)} if uid is not None else {}),
+            },
         )
         self._save(record)
         return record
@@ -339,7 +497,9 @@ class LocalBackend(BaseBackend):
 
     async def delete(self, name: str) -> None:
         """Idempotent. Other creates and deletes proceed while this one waits for the agent;
-        the pod's devices stay reserved until its processes are gone."""
+        the pod's devices stay reserved until its processes are gone. If any process of the
+        pod survives, the pod stays (its record, uid and devices too) and this raises
+        `UnavailableError`: a later delete tries again."""
         async with self._lock:
             record = self._records.pop(name, None)
             if record is None:
@@ -347,12 +507,16 @@ class LocalBackend(BaseBackend):
             self._deleting[name] = record
         try:
             await asyncio.to_thread(self._delete_sync, record)
+        except BaseException:
+            async with self._lock:
+                self._records.setdefault(name, record)
+            raise
         finally:
             async with self._lock:
                 self._deleting.pop(name, None)
 
     def _delete_sync(self, record: PodRecord) -> None:
-        proc = self._procs.pop(record.name, None)
+        proc = self._procs.get(record.name)
         ours = proc is not None or self._alive(record)
         if ours:
             procfs.kill_quietly(record.pid, signal.SIGTERM)
@@ -362,10 +526,21 @@ class LocalBackend(BaseBackend):
                     break
                 time.sleep(0.005)
         pod_dir = self.root / record.name
-        self._sweep(record, pid_is_ours=ours)
+        survivors = self._sweep(record, pid_is_ours=ours)
+        if survivors:
+            raise UnavailableError(
+                f"pod {record.name}: processes {survivors[:10]} survive deletion; kept the pod",
+                field="name",
+            )
+        self._procs.pop(record.name, None)
         if proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(5)
+        uid = record.annotations.get(UID_KEY)
+        if uid is not None and record.isolation != "private":
+            # No namespace held the pod's files and IPC objects: find them by owner.
+            iso.sweep_owned(int(uid), [*iso.SCRATCH_DIRS, *iso.shared_writable()])
+            iso.remove_sysv(iso.sysv_objects(int(uid)))
         for line in _read_lines(pod_dir / "agent.cgroups"):
             with contextlib.suppress(OSError):
                 Path(line).rmdir()
@@ -373,13 +548,17 @@ class LocalBackend(BaseBackend):
         for path in (self._state_file(record.name), self._config_file(record.name)):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+        self._release_uid(record.annotations.get(UID_KEY), record.name)
 
-    def _sweep(self, record: PodRecord, pid_is_ours: bool) -> None:
-        """SIGKILL whatever is left of the pod: its tree, its cgroup ledger, its marker."""
+    def _sweep(self, record: PodRecord, pid_is_ours: bool) -> list[int]:
+        """SIGKILL whatever is left of the pod: its tree, its cgroup ledger, its marker, its
+        uid. Returns the processes still alive when the bounded wait ends."""
         marker = self._marker(record)
+        uid = int(record.annotations[UID_KEY]) if UID_KEY in record.annotations else None
         cgroup_dirs = _read_lines(self.root / record.name / "agent.cgroups")
         ledgers = [Path(p) / "cgroup.procs" for p in cgroup_dirs]
         deadline = time.monotonic() + max(self.verify_timeout_s, 2.0)
+        me = os.getpid()
         while True:
             procs = procfs.snapshot()
             targets = procfs.descendants(procs, [record.pid]) if pid_is_ours else set()
@@ -388,16 +567,19 @@ class LocalBackend(BaseBackend):
             for ledger in ledgers:
                 with contextlib.suppress(OSError, ValueError):
                     targets.update(int(x) for x in ledger.read_text().split())
-            targets.update(
-                p.pid for p in procs.values()
-                if p.pid != os.getpid() and not p.dead and procfs.environ_has(p.pid, marker)
-            )  # fmt: skip
+            for p in procs.values():
+                if p.pid == me or p.dead or p.pid in targets:
+                    continue
+                if procfs.environ_has(p.pid, marker) or (
+                    uid is not None and procfs.real_uid(p.pid) == uid
+                ):
+                    targets.add(p.pid)
             live = [p for p in targets if p in procs and not procs[p].dead]
             if not live:
-                return
+                return []
             if time.monotonic() > deadline:
                 log.error("pod %s: processes %s survive deletion", record.name, live)
-                return
+                return live
             for pid in live:
                 procfs.kill_quietly(pid, signal.SIGSTOP)  # freeze first: no more forks
             for pid in live:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,11 @@ def serve(
     ),
     catalog: Path | None = typer.Option(None, "--catalog", help="Pool catalog (TOML or YAML)."),
     fake_gpus: int = typer.Option(0, "--fake-gpus", help="Pretend this many GPUs exist."),
-    isolation: str = typer.Option("auto", help="Pod isolation: auto, private or weak."),
+    isolation: str = typer.Option(
+        "auto",
+        help="Pod isolation: auto, private or weak. Weak (shared /tmp, /var/tmp, /dev/shm and "
+        "IPC between pods) serves several callers only when asked for by name.",
+    ),
     delete_pods: bool = typer.Option(
         False, "--delete-pods", help="Delete every pod on shutdown (default: keep them warm)."
     ),
@@ -74,6 +79,17 @@ def serve(
     except FirepoolError as err:
         typer.echo(f"error: {err.message}", err=True)
         raise typer.Exit(2) from None
+    if isolation != "weak" and backend == "local":  # a cluster isolates by its containers
+        from firepool.backends.local import probe_unshare
+
+        private_ok = probe_unshare() is not None
+        callers = [] if private_ok else _callers_with_tokens(store, root)
+        refusal = isolation_refusal(isolation, private_ok, callers)
+        if refusal is not None:
+            typer.echo(f"error: {refusal}", err=True)
+            raise typer.Exit(2)
+        if not private_ok:
+            log.warning("pods get weak isolation on this host; serving one caller only")
     fakes = [f"fake-{i}" for i in range(fake_gpus)] if fake_gpus else None
 
     async def run() -> None:
@@ -122,6 +138,40 @@ def kubernetes_settings(
         agent_port=agent_port,
         templates=load_templates(templates) if templates else Templates(),
     )
+
+
+def isolation_refusal(requested: str, private_ok: bool, callers: Sequence[str]) -> str | None:
+    """Why `serve` must not start, or None. Weak pods share /tmp, /var/tmp, /dev/shm and IPC
+    with the host and each other, so two callers could read each other's files: that is only
+    acceptable when the operator said `--isolation weak` (a single-user laptop)."""
+    if private_ok or requested == "weak":
+        return None
+    if requested == "private":
+        return "--isolation private needs root and mount/IPC namespaces (unshare) on this host"
+    if len(callers) > 1:
+        return (
+            f"this host gives pods only weak isolation (shared /tmp, /var/tmp, /dev/shm and "
+            f"IPC), and {len(callers)} callers have tokens ({', '.join(callers[:5])}): their "
+            f"jobs could read each other's files. Run as root with unshare for private pods, "
+            f"or start with --isolation weak to accept that"
+        )
+    return None
+
+
+def _callers_with_tokens(store_url: str | None, data_dir: Path) -> list[str]:
+    import sqlalchemy as sa
+
+    from firepool.store import open_store
+    from firepool.store.schema import tokens
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    handle = open_store(store_url, data_dir=data_dir)
+    try:
+        query = sa.select(tokens.c.caller).where(tokens.c.revoked == sa.false()).distinct()
+        with handle.engine.connect() as conn:
+            return sorted(conn.execute(query).scalars())
+    finally:
+        handle.close()
 
 
 token_app = typer.Typer(no_args_is_help=True, help="Manage caller tokens.")

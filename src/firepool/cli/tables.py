@@ -75,7 +75,7 @@ def pods_table(pods: Sequence[PodView], now: float | None = None) -> Table:
     now = time.time() if now is None else now
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("NAME", no_wrap=True)
-    for name in ("POOL", "ROLE", "STATE", "OWNER", "QUEUE", "TAG", "JOB", "HOLD"):
+    for name in ("POOL", "ROLE", "STATE", "OWNER", "QUEUE", "TAG", "JOB", "HOLD", "ISOLATION"):
         table.add_column(name)
     table.add_column("AGE", justify="right")
     for pod in pods:
@@ -90,6 +90,7 @@ def pods_table(pods: Sequence[PodView], now: float | None = None) -> Table:
             _dash(pod.lease_tag),
             _dash(pod.job),
             hold,
+            _dash(pod.isolation),
             ago(pod.created_at, now),
         )
     return table

@@ -30,6 +30,7 @@ async def list_pods(session: Authed) -> PodList:
                 job=pod.job if mine else None,
                 hold_until=pod.hold_until if mine and pod.hold_until else None,
                 created_at=pod.created_at,
+                isolation=pod.isolation or None,
             )
         )
     return PodList(pods=out)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from firepool.model import PodRole, PodState, PoolSpec
@@ -61,7 +62,7 @@ def test_the_scaler_restages_a_standby_after_the_founding_pod_is_deleted(tmp_pat
         assert group == founder
         gone: set[str] = set()
         for turn in range(2):  # the second handover happens long after the founder is gone
-            gone.add(handover(broker, tmp_path / f"go-{turn}"))
+            gone.add(handover(broker))
 
             def restaged() -> bool:
                 current = pods(broker)
@@ -77,23 +78,52 @@ def test_the_scaler_restages_a_standby_after_the_founding_pod_is_deleted(tmp_pat
         assert devices == {("GPU-0000",)}  # every pod on the one card
 
 
-def handover(broker: BrokerThread, gate: Path) -> str:
+class Gate:
+    """A loopback switch a job polls (a job sees no host files): closed until `open()`."""
+
+    def __init__(self) -> None:
+        state = self.state = {"open": False}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = b"go" if state["open"] else b"wait"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def open(self) -> None:
+        self.state["open"] = True
+
+    def job(self) -> list[str]:
+        return [sys.executable, "-c",
+                "import time, urllib.request\n"
+                f"while urllib.request.urlopen({self.url!r}).read() != b'go': time.sleep(0.02)"]
+
+
+def handover(broker: BrokerThread) -> str:
     """A job holds the card; another caller's job claims a standby behind the card's gate; the
     first ends, its pod retires, and the standby is promoted and runs. Returns the first job's
     pod, which must be gone afterwards."""
     holder = broker.client("alice")
-    first = submit(holder, pool="gpu", command=[
-        sys.executable, "-c",
-        f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.01)",
-    ])
+    gate = Gate()
+    first = submit(holder, pool="gpu", command=gate.job())
     wait_until("first job running", lambda: any(
         s is PodState.RUNNING for _n, _r, s, _g in pods(broker)))
     bob = broker.client("bob")
     second = submit(bob, pool="gpu", command=[sys.executable, "-c", "pass"])
     wait_until("second job claimed the standby", lambda: any(
         r is PodRole.STANDBY and s is PodState.ASSIGNED for _n, r, s, _g in pods(broker)))
-    threading.Thread(target=gate.touch).start()
+    gate.open()
     finished = wait_job(holder, first)
+    gate.server.shutdown()
     assert finished["state"] == "SUCCEEDED"
     done = wait_job(bob, second)
     assert done["state"] == "SUCCEEDED"

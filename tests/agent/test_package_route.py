@@ -97,11 +97,6 @@ def test_a_pod_fetches_with_its_own_secret(setup: Setup) -> None:
         assert (missing.status_code, missing.json()["field"]) == (404, "digest")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="service/routes.py accepts any pod's secret for any package; a pod should fetch "
-    "only the package of the job leased to it (the broker core owns that route)",
-)
 def test_a_pod_of_one_caller_cannot_fetch_another_callers_package(setup: Setup) -> None:
     pod = setup.bob_job["pods"][0]["name"]  # bob's pod, alice's package
     secret = _pod_secret(setup, pod)

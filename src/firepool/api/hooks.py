@@ -32,6 +32,11 @@ class BrokerHooks(Protocol):
         """The pod (`pod`, or any pod when None) whose agent secret `token` is, or None."""
         ...
 
+    def pod_may_fetch(self, pod: str, digest: str) -> bool:
+        """Whether the attempt leased to `pod` runs the package `digest` (a pod fetches its
+        own job's code, never another caller's)."""
+        ...
+
     def pod_list(self) -> list[PodInfo]: ...
 
     def progress_token_ok(self, attempt: str, token: str) -> bool: ...
@@ -57,6 +62,9 @@ class NoHooks:
 
     def pod_for_secret(self, token: str, pod: str | None) -> str | None:
         return None
+
+    def pod_may_fetch(self, pod: str, digest: str) -> bool:
+        return False
 
     def pod_list(self) -> list[PodInfo]:
         return []

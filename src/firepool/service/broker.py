@@ -304,6 +304,11 @@ class Broker:
                 return name
         return None
 
+    def pod_may_fetch(self, pod: str, digest: str) -> bool:
+        tracked = self.tracker.get(pod)
+        running = self.running.get(tracked.job) if tracked is not None and tracked.job else None
+        return running is not None and running.job.spec.package == digest
+
     def pod_list(self) -> list[PodInfo]:
         records = self.pods.records
         out: list[PodInfo] = []

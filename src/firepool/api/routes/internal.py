@@ -42,9 +42,13 @@ async def exit_event(event: ExitEvent, request: Request) -> EventAck:
     openapi_extra=AUTHED,
 )
 async def fetch_package(digest: str, request: Request) -> FileResponse:
-    """A stored package, for any pod of this broker."""
-    _pod(request, None)
+    """The package of the job leased to the asking pod (a pod never fetches another job's
+    code: the same answer as for a package that is not stored)."""
+    pod = _pod(request, None)
     context: ApiContext = request.app.state.firepool
+    if not context.hooks.pod_may_fetch(pod, digest):
+        raise NotFoundError(f"package {digest} is not the package of this pod's job",
+                            field="digest")
     path = context.packages.path(digest)
     if path is None:
         raise NotFoundError(f"package {digest} is not stored", field="digest")

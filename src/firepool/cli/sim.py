@@ -97,11 +97,26 @@ def oak_table(
     seeds: int = typer.Option(10, "--seeds"),
     traces: str | None = _TRACES,
     workers: int | None = _WORKERS,
+    workloads: str | None = typer.Option(
+        None, "--workloads", help="Comma-separated; default: the four paper workloads."
+    ),
+    lambdas: str = typer.Option("0,0.05,0.1", "--lambdas"),
+    policies: str = typer.Option("oak,sia,sia-reference,lookahead", "--policies"),
 ) -> None:
-    """OAK vs Sia over workloads x lambda in {0, 0.05, 0.10} (scheduler paper Table II)."""
+    """OAK, both Sia modes and Lookahead over workloads x lambda (scheduler paper Table II)."""
     from firepool.sim.experiments.oak import run_oak_table
 
-    _done(run_oak_table(out, seeds, workers, workloads=_workloads(traces)))
+    chosen = _workloads(traces) if workloads is None else tuple(workloads.split(","))
+    _done(
+        run_oak_table(
+            out,
+            seeds,
+            workers,
+            workloads=chosen,
+            lams=tuple(float(x) for x in lambdas.split(",")),
+            policies=tuple(policies.split(",")),
+        )
+    )
 
 
 @sim_app.command("oak-ablation")
@@ -118,7 +133,9 @@ def oak_ablation(
 def oak_sweep(
     out: str = _OUT,
     seeds: int = typer.Option(5, "--seeds"),
-    policies: str = typer.Option("oak,sia,pollux,gavel,drf,oak-nsga2", "--policies"),
+    policies: str = typer.Option(
+        "oak,sia,sia-reference,lookahead,pollux,gavel,drf,oak-nsga2", "--policies"
+    ),
     workloads: str = typer.Option("medium,congestion", "--workloads"),
     lambdas: str = typer.Option("0,0.02,0.05,0.1,0.15", "--lambdas"),
     workers: int | None = _WORKERS,

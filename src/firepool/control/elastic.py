@@ -20,7 +20,9 @@ Measured times, per job, from the events alone:
   T_ckpt      time from an attempt's start decision to its first progress report (restore) plus
               the time from a stop request to the exit (checkpoint); a job's very first start
               restores nothing and counts as queueing only;
-  T_queue     time without an allocation or restoring (cumulative, it is the age key's input).
+  T_queue     time without an allocation or restoring (cumulative, it is the age key's input);
+  T_ckpt of failures  the part of T_ckpt spent restoring after a failed attempt (what the
+              scheduler paper's section IV-D charges to the restart factor).
 `poisson_failures` is the experiments' failure hook: rate lambda per round per running job,
 driven by a random source passed in, so a seed reproduces the failure stream.
 """
@@ -154,6 +156,8 @@ class _Job:
     t_queue: float = 0.0
     restarts: int = 0
     failures: int = 0  # attempts that failed (a subset of restarts): what max_retries bounds
+    t_ckpt_failures: float = 0.0  # restore time after failed attempts (part of t_ckpt)
+    after_failure: bool = False  # the next restore follows a failure
     fraction: float = 0.0  # training progress in [0, 1], from the job's reports
     withdrawn: bool = False  # cancelled: done once its live attempt (if any) has exited
     reported_unplaceable: bool = False
@@ -224,6 +228,8 @@ class ElasticLifecycle:
             job.t_queue += dt
             if job.t_progress > 0.0:  # a first start restores nothing: not overhead
                 job.t_ckpt += dt
+                if job.after_failure:
+                    job.t_ckpt_failures += dt
         elif job.phase is Phase.RUNNING:
             job.t_progress += dt
         elif job.phase is Phase.STOPPING:
@@ -286,6 +292,7 @@ class ElasticLifecycle:
             return False
         if job.phase is Phase.RESTORING:
             job.phase = Phase.RUNNING
+            job.after_failure = False
         if fraction is not None:
             job.fraction = fraction
         if samples_per_s is not None and job.config is not None:
@@ -318,6 +325,7 @@ class ElasticLifecycle:
         job.config = None
         if outcome == "failed":
             job.failures += 1
+        job.after_failure = outcome == "failed"
         if outcome == "completed" or job.withdrawn:
             job.phase = Phase.DONE
             job.target = None
@@ -361,6 +369,9 @@ class ElasticLifecycle:
                 current=current,
                 age_s=max(now - j.spec.submitted_at, 0.0),
                 restarts=j.restarts,
+                failures=j.failures,
+                t_ckpt_failures=j.t_ckpt_failures,
+                restoring=j.phase is Phase.RESTORING,
             ))
         return RoundInput(capacity=dict(self._capacity), jobs=tuple(jobs), round_s=self._round_s)
 

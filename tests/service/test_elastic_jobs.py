@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from firepool.model import PoolSpec
+from firepool.protocol import JobEnv
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.service.elastic import ElasticConfig
@@ -123,13 +124,28 @@ def _resize(broker: BrokerThread) -> None:
     assert attempts[0].error_class is not None and attempts[0].error_class.value == "Preempted"
 
 
-def test_sia_preempts_for_a_better_job_and_resumes_the_first_later(broker: BrokerThread) -> None:
+def test_sia_preempts_the_running_attempt_for_an_arrival_and_resumes_it_later(
+        broker: BrokerThread) -> None:
     client = broker.client()
     first = elastic_job(client, steps=80)
     wait_for(lambda: times(broker, first).t_progress > 0.3)
     second = elastic_job(client, steps=10)
     assert wait_job(client, second, timeout=60)["state"] == "SUCCEEDED"
     assert wait_job(client, first, timeout=60)["state"] == "SUCCEEDED"
+    store = broker.embedded.store
+    mine = broker.call(lambda: store.attempts(first))
+    theirs = broker.call(lambda: store.attempts(second))
+    # The broker ended the first job's running attempt (not the job itself, not a failure)...
+    stopped = mine[0]
+    assert stopped.error_class is not None and stopped.error_class.value == "Preempted"
+    assert stopped.finished_at is not None
+    # ...and the arrival started only after that, on a slot the preempted attempt held:
+    # with both slots taken, the preemption is what let it run.
+    taken = {b.pod for b in stopped.pods} & {b.pod for b in theirs[0].pods}
+    assert len(stopped.pods) == 2 and taken, (stopped.pods, theirs[0].pods)
+    assert theirs[0].started_at is not None and theirs[0].started_at >= stopped.finished_at
+    # The first job went on in a later attempt, from its checkpoint.
+    assert len(mine) >= 2 and mine[-1].state.value == "SUCCEEDED"
     starts = [step for _, _, rank, step in attempts_log(broker, first) if rank == 0]
     assert len(starts) >= 2 and starts[1] > 0, starts
 
@@ -142,27 +158,71 @@ def test_a_job_no_size_of_which_fits_is_unschedulable(broker: BrokerThread) -> N
     assert "elastic" in job["message"]
 
 
+def _processes_of(attempt_id: str) -> list[int]:
+    """PIDs whose environment names this attempt (every rank of it has one)."""
+    marker = f"{JobEnv.ATTEMPT}={attempt_id}".encode()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in env.split(b"\0"):
+            out.append(int(entry.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
 def test_an_injected_failure_kills_every_rank_and_the_job_resumes(tmp_path: Path) -> None:
     with running_broker(tmp_path / "b", catalog=slots(), config=config(
         failure_rate=50.0, failure_seed=1, round_s=1.0,
     )) as broker:
         client = broker.client()
-        job_id = elastic_job(client, steps=40, max_retries=100)
+        # 200 steps of 0.05 s: a rank that survived a kill would run on for seconds.
+        job_id = elastic_job(client, steps=200, max_retries=100)
         driver = broker.embedded.broker.elastic
+        store = broker.embedded.store
         wait_for(lambda: driver.injected >= 1, timeout=30)
 
         def calm() -> None:
             driver.config = ElasticConfig(**{**driver.config.__dict__, "failure_rate": 0.0})
 
         on_loop(broker, calm)
-        job = wait_job(client, job_id, timeout=60)
+
+        def killed() -> list[Any]:
+            return [a for a in broker.call(lambda: store.attempts(job_id))
+                    if a.error_class is not None and a.error_class.value == "Killed"]
+
+        wait_for(lambda: bool(killed()), timeout=10)
+        for attempt in killed():
+            # Every rank of a killed attempt is gone within a second of the kill.
+            deadline = time.monotonic() + 1.0
+            while _processes_of(attempt.id) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _processes_of(attempt.id) == [], f"ranks of {attempt.id} survived the kill"
+        # The probe sees a live attempt's ranks (so an empty answer above means something).
+        def live_processes() -> list[int]:
+            live = on_loop(broker, lambda: driver.live.get(job_id))
+            return _processes_of(live.store_attempt) if live is not None else []
+
+        wait_for(lambda: bool(live_processes()), timeout=30)
+        job = wait_job(client, job_id, timeout=90)
         assert job["state"] == "SUCCEEDED"
         assert times(broker, job_id).failures >= 1
-        # A kill may land before the script logged its start: count the store's attempts.
-        attempts = broker.call(lambda: broker.embedded.store.attempts(job_id))
+        attempts = broker.call(lambda: store.attempts(job_id))
         assert len(attempts) >= 2
-        assert any(a.error_class is not None and a.error_class.value == "Killed"
-                   for a in attempts)
+        # A kill may land before a rank logged its start; those that did, logged in a
+        # killed attempt, never logged again under it (no rank restarted in place).
+        logged = attempts_log(broker, job_id)
+        killed_ids = {a.id for a in killed()}
+        per_attempt: dict[str, list[int]] = {}
+        for attempt_id, _, rank, _ in logged:
+            per_attempt.setdefault(attempt_id, []).append(rank)
+        for attempt_id in killed_ids & set(per_attempt):
+            ranks = per_attempt[attempt_id]
+            assert len(ranks) == len(set(ranks)), (attempt_id, ranks)
 
 
 def test_progress_reports_are_checked(broker: BrokerThread) -> None:

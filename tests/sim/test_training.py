@@ -9,7 +9,14 @@ from collections.abc import Iterator
 import pytest
 
 from firepool.control import elastic
-from firepool.scheduling import Configuration, RoundInput, RoundResult, make_policy
+from firepool.scheduling import (
+    Configuration,
+    RoundInput,
+    RoundResult,
+    SiaParams,
+    SiaPolicy,
+    make_policy,
+)
 from firepool.sim.training import TrainSpec, simulate
 from firepool.sim.trainloads import paper_workload
 from firepool.sim.trainmodel import BUCKETS as TENTHS
@@ -130,7 +137,9 @@ def test_same_seed_same_run() -> None:
 
 
 def test_sia_memo_only_saves_solver_calls() -> None:
-    sia = make_policy("sia")
+    # Only a goodput-only Sia (no restart factor, no pinning) may be memoised.
+    sia = SiaPolicy(SiaParams(restart_factor=False, pin_restoring=False))
+    assert not SiaPolicy().goodput_only
 
     class Opaque:  # the same policy, hidden from the memo
         name = "sia"

@@ -119,7 +119,8 @@ class LookaheadPolicy:
     def decide(self, round_input: RoundInput) -> RoundResult:
         prep = prepare(round_input)
         s = self.params.sia
-        utility = np.where(sia_allowed(prep, s), lookahead_utilities(prep, self.params), -np.inf)
         forced = pinned_options(prep) if s.pin_restoring else None
+        utility = np.where(sia_allowed(prep, s, forced), lookahead_utilities(prep, self.params),
+                           -np.inf)
         sol = solve_assignment(prep, utility, s.lambda_n, self.backend, forced=forced)
         return prep.result(self.name, sol.choice, sol.objective, sol.backend)

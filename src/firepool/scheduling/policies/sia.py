@@ -100,12 +100,17 @@ SIA_PAPER = SiaParams(p=0.5, lambda_n=-1.0)
 SIA_REFERENCE = SiaParams(p=-0.5, lambda_n=1.1)
 
 
-def sia_allowed(prep: PreparedRound, params: SiaParams) -> BoolArray:
-    """Options in Sia's configuration set."""
+def sia_allowed(prep: PreparedRound, params: SiaParams,
+                forced: npt.NDArray[np.int64] | None = None) -> BoolArray:
+    """Options in Sia's configuration set, plus any option a job is pinned to (a restoring
+    job keeps what it holds, whatever its size)."""
     if params.gpus_per_node is None:
         return np.ones(prep.n_options, dtype=np.bool_)
     g = params.gpus_per_node
-    return np.array([sia_sizes_allowed(int(r), g) for r in prep.opt_replicas], dtype=np.bool_)
+    out = np.array([sia_sizes_allowed(int(r), g) for r in prep.opt_replicas], dtype=np.bool_)
+    if forced is not None:
+        out[forced[forced >= 0]] = True
+    return out
 
 
 def normalised_goodput(prep: PreparedRound, params: SiaParams) -> FloatArray:
@@ -166,8 +171,8 @@ class SiaPolicy:
         p = self.params
         score = sia_scores(prep, p)
         # As a maximisation: sense * (sum x score + lambda_n * idle).
-        utility = np.where(sia_allowed(prep, p), p.sense * score, -np.inf)
         forced = pinned_options(prep) if p.pin_restoring else None
+        utility = np.where(sia_allowed(prep, p, forced), p.sense * score, -np.inf)
         sol = solve_assignment(prep, utility, p.sense * p.lambda_n, self.backend, forced=forced)
         objective = p.sense * sol.objective if math.isfinite(sol.objective) else sol.objective
         return prep.result(self.name, sol.choice, objective, sol.backend)

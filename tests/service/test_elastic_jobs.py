@@ -4,6 +4,7 @@ every rank, and bad reports or impossible jobs get typed errors."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import httpx
 import pytest
 
 from firepool.model import PoolSpec
-from firepool.protocol import JobEnv
+from firepool.agent import procfs
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.service.elastic import ElasticConfig
@@ -158,71 +159,63 @@ def test_a_job_no_size_of_which_fits_is_unschedulable(broker: BrokerThread) -> N
     assert "elastic" in job["message"]
 
 
-def _processes_of(attempt_id: str) -> list[int]:
-    """PIDs whose environment names this attempt (every rank of it has one)."""
-    marker = f"{JobEnv.ATTEMPT}={attempt_id}".encode()
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if marker in env.split(b"\0"):
-            out.append(int(entry.name))
-    return out
+def _rank_processes() -> set[int]:
+    """PIDs of the job processes under this test's pod agents: each agent forks a zygote,
+    which forks one process per rank it runs."""
+    procs = procfs.snapshot()
+    agents = [pid for pid in procfs.descendants(procs, [os.getpid()])
+              if b"firepool.agent\0" in _cmdline(pid)]
+    zygotes = [pid for pid, p in procs.items() if p.ppid in agents]
+    return {pid for pid in procfs.descendants(procs, zygotes) if not procs[pid].dead}
 
 
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_an_injected_failure_kills_every_rank_and_the_job_resumes(tmp_path: Path) -> None:
     with running_broker(tmp_path / "b", catalog=slots(), config=config(
-        failure_rate=50.0, failure_seed=1, round_s=1.0,
+        failure_rate=0.0, failure_seed=1, round_s=1.0,
     )) as broker:
         client = broker.client()
-        # 200 steps of 0.05 s: a rank that survived a kill would run on for seconds.
+        # 200 steps of 0.05 s: a rank that survived the kill would run on for seconds.
         job_id = elastic_job(client, steps=200, max_retries=100)
         driver = broker.embedded.broker.elastic
         store = broker.embedded.store
+        wait_for(lambda: times(broker, job_id).t_progress > 0.3)
+        live = on_loop(broker, lambda: driver.live.get(job_id))
+        assert live is not None and live.world == 2
+        ranks = _rank_processes()
+        assert len(ranks) == 2, ranks  # both ranks of the running attempt, seen from here
+
+        def failure_rate(rate: float) -> None:
+            driver.config = ElasticConfig(**{**driver.config.__dict__, "failure_rate": rate})
+
+        on_loop(broker, lambda: failure_rate(50.0))
         wait_for(lambda: driver.injected >= 1, timeout=30)
+        on_loop(broker, lambda: failure_rate(0.0))
 
-        def calm() -> None:
-            driver.config = ElasticConfig(**{**driver.config.__dict__, "failure_rate": 0.0})
+        def record() -> Any:
+            return next(a for a in broker.call(lambda: store.attempts(job_id))
+                        if a.id == live.store_attempt)
 
-        on_loop(broker, calm)
-
-        def killed() -> list[Any]:
-            return [a for a in broker.call(lambda: store.attempts(job_id))
-                    if a.error_class is not None and a.error_class.value == "Killed"]
-
-        wait_for(lambda: bool(killed()), timeout=10)
-        for attempt in killed():
-            # Every rank of a killed attempt is gone within a second of the kill.
-            deadline = time.monotonic() + 1.0
-            while _processes_of(attempt.id) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert _processes_of(attempt.id) == [], f"ranks of {attempt.id} survived the kill"
-        # The probe sees a live attempt's ranks (so an empty answer above means something).
-        def live_processes() -> list[int]:
-            live = on_loop(broker, lambda: driver.live.get(job_id))
-            return _processes_of(live.store_attempt) if live is not None else []
-
-        wait_for(lambda: bool(live_processes()), timeout=30)
+        wait_for(lambda: record().finished_at is not None, timeout=10)
+        assert record().error_class is not None and record().error_class.value == "Killed"
+        # Every rank process of the killed attempt is gone within a second of the kill.
+        deadline = time.monotonic() + 1.0
+        while ranks & _rank_processes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not ranks & _rank_processes(), "a rank survived the kill"
         job = wait_job(client, job_id, timeout=90)
         assert job["state"] == "SUCCEEDED"
         assert times(broker, job_id).failures >= 1
-        attempts = broker.call(lambda: store.attempts(job_id))
-        assert len(attempts) >= 2
-        # A kill may land before a rank logged its start; those that did, logged in a
-        # killed attempt, never logged again under it (no rank restarted in place).
-        logged = attempts_log(broker, job_id)
-        killed_ids = {a.id for a in killed()}
-        per_attempt: dict[str, list[int]] = {}
-        for attempt_id, _, rank, _ in logged:
-            per_attempt.setdefault(attempt_id, []).append(rank)
-        for attempt_id in killed_ids & set(per_attempt):
-            ranks = per_attempt[attempt_id]
-            assert len(ranks) == len(set(ranks)), (attempt_id, ranks)
+        starts = [step for attempt, _, rank, step in attempts_log(broker, job_id)
+                  if rank == 0 and attempt != live.store_attempt]
+        assert starts and starts[0] > 0  # the next attempt resumed from the checkpoint
 
 
 def test_progress_reports_are_checked(broker: BrokerThread) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from firepool.model import PoolSpec
 from firepool.agent import procfs
+from firepool.model import PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.service.elastic import ElasticConfig

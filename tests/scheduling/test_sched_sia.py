@@ -232,3 +232,16 @@ def test_lookahead_params_refuse_bad_values_naming_the_field(kwargs: dict[str, o
     with pytest.raises(InvalidRoundInputError) as err:
         LookaheadParams(**kwargs)  # type: ignore[arg-type]
     assert err.value.field == field
+
+
+@pytest.mark.parametrize("backend", ["glpk", "highs"])
+def test_pins_that_leave_room_for_nothing_solve_without_the_solver(backend: str) -> None:
+    # A holds 3 of 4 GPUs while restoring; B's options all need 4: nothing is left to solve.
+    # (Sent to GLPK, such a model aborted the whole process in its presolver.)
+    a = JobRoundState("A", (Configuration("V100", 3, 1),), (2.0,), current=Configuration(
+        "V100", 3, 1), restoring=True, t_progress=10.0)
+    b = JobRoundState("B", (FOUR,), (3.0,))
+    for policy in (OakPolicy(backend=backend), SiaPolicy(backend=backend),
+                   LookaheadPolicy(backend=backend)):
+        out = policy.decide(RoundInput({"V100": 4}, (a, b)))
+        assert out.assignments == {"A": Configuration("V100", 3, 1), "B": None}

@@ -109,6 +109,12 @@ def solve_assignment(
                 field="jobs.restoring",
             )
         candidates = candidates & ~np.isin(prep.opt_job, pinned_jobs)
+        # When no free option fits what the pins leave, there is nothing to solve: GLPK's
+        # presolver would remove every column and abort the process ("glp_add_cols: ncs =
+        # 0"). Otherwise the model goes to the solver unchanged (options too big for the
+        # remaining capacity are removed by its presolver, exactly).
+        if not np.any(candidates & (prep.opt_replicas <= capacity[prep.opt_type] + 1e-9)):
+            candidates = np.zeros_like(candidates)
         choice[pinned_jobs] = pinned_opts
     if reduce:
         use = np.flatnonzero(undominated(prep, utility, candidates))

@@ -213,6 +213,23 @@ def test_lookahead_values_a_resize_by_expected_goodput_over_the_horizon() -> Non
     assert LookaheadPolicy().decide(RoundInput({"V100": 4}, (b,))).assignments["A"] == ONE
 
 
+def test_exposure_weight_favours_the_job_failures_stretch_most() -> None:
+    # Two idle jobs that trained before, one GPU free, failures at 0.1 per round (H = 450 s).
+    # E: CIFAR-10 (P = 50) 1.5 * 400/450 = 1.333; ImageNet (P = 250) 2.0 * 200/450 = 0.889.
+    # With q = 1 ImageNet is weighted by 1 + 0.1 * 250/60 = 1.417 -> 1.259, CIFAR-10 by 1.083
+    # -> 1.444: CIFAR-10 still wins; with q = 3: 2.529 against 1.696, ImageNet wins.
+    def idle(job_id: str, app: str, g: float) -> JobRoundState:
+        return JobRoundState(job_id, (ONE,), (g,), app=app, t_progress=600.0, age_s=2000.0,
+                             failures=1)
+    r = RoundInput({"V100": 1}, (idle("c", "cifar10", 1.5), idle("i", "imagenet", 2.0)))
+    params = LookaheadParams(sia=SiaParams(normalise=False))
+    assert LookaheadPolicy(params).decide(r).assignments["c"] == ONE
+    one = LookaheadParams(sia=SiaParams(normalise=False), exposure_weight=1.0)
+    assert LookaheadPolicy(one).decide(r).assignments["c"] == ONE
+    three = LookaheadParams(sia=SiaParams(normalise=False), exposure_weight=3.0)
+    assert LookaheadPolicy(three).decide(r).assignments["i"] == ONE
+
+
 def test_lookahead_without_failures_or_base_horizon_is_sia_without_its_factor() -> None:
     params = LookaheadParams(base_horizon_s=None)
     sia = SiaPolicy(SiaParams(restart_factor=False))
@@ -225,6 +242,7 @@ def test_lookahead_without_failures_or_base_horizon_is_sia_without_its_factor() 
     ({"alpha": -1.0}, "alpha"),
     ({"base_horizon_s": 0.0}, "base_horizon_s"),
     ({"min_horizon_s": math.inf}, "min_horizon_s"),
+    ({"exposure_weight": -1.0}, "exposure_weight"),
     ({"sia": SiaParams(p=-0.5, lambda_n=1.1)}, "sia.p"),
 ])
 def test_lookahead_params_refuse_bad_values_naming_the_field(kwargs: dict[str, object],

@@ -133,9 +133,7 @@ def oak_ablation(
 def oak_sweep(
     out: str = _OUT,
     seeds: int = typer.Option(5, "--seeds"),
-    policies: str = typer.Option(
-        "oak,sia,sia-reference,lookahead,pollux,gavel,drf,oak-nsga2", "--policies"
-    ),
+    policies: str = typer.Option("oak,sia,pollux,gavel,drf,oak-nsga2", "--policies"),
     workloads: str = typer.Option("medium,congestion", "--workloads"),
     lambdas: str = typer.Option("0,0.02,0.05,0.1,0.15", "--lambdas"),
     workers: int | None = _WORKERS,

@@ -6,7 +6,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from firepool.scheduling import Configuration, JobRoundState, OakPolicy, RoundInput, RoundResult
+from firepool.scheduling import (
+    Configuration,
+    JobRoundState,
+    OakParams,
+    OakPolicy,
+    RoundInput,
+    RoundResult,
+)
 from firepool.scheduling.backfill import backfill
 
 ONE, TWO, FOUR = (Configuration("gpu", n, 1) for n in (1, 2, 4))
@@ -22,8 +29,11 @@ def job(job_id: str, *, current: Configuration | None = None, t_queue: float = 0
 def test_a_lone_job_oak_would_preempt_keeps_its_slots() -> None:
     tired = job("a", current=TWO, t_progress=10.0, t_ckpt=20.0)
     round_input = RoundInput({"gpu": 4}, (tired,))
-    decided = OakPolicy().decide(round_input)
-    assert decided.assignments["a"] is None  # its utility is below mu_na: OAK idles the GPUs
+    # OAK read literally (T_ckpt of every restart, r on the current configuration too): the
+    # job's utility falls below mu_na and OAK idles the GPUs; backfill keeps them.
+    literal = OakPolicy(OakParams(t_ckpt_source="all", r_scope="all"))
+    decided = literal.decide(round_input)
+    assert decided.assignments["a"] is None
     assert backfill(round_input, decided).assignments["a"] == TWO  # no restart
 
 

@@ -14,6 +14,7 @@ from firepool.scheduling import (
     OakParams,
     OakPolicy,
     RoundInput,
+    SiaParams,
     SiaPolicy,
     age_key,
     aggregate_restart_factor,
@@ -30,11 +31,13 @@ K106 = math.log(1.06) / 0.01
 
 
 def worked_example(capacity: int = 8) -> RoundInput:
-    """§III-C: J1 fresh, J2 restart-heavy (r = 0.5), J3 starved for 400 s."""
+    """§III-C: J1 fresh, J2 restart-heavy (r = 0.5 after two failures), J3 starved for 400 s.
+    J2 waits for GPUs after its failures (no current configuration)."""
     jobs = (
         JobRoundState("J1", (FOUR,), (2.0,), t_queue=K106),
         JobRoundState("J2", (FOUR,), (2.2,), t_progress=100.0, t_ckpt=50.0, p_restart=50.0,
-                      age_s=1000.0, t_queue=K106),
+                      age_s=1000.0, t_queue=K106, restarts=2, failures=2,
+                      t_ckpt_failures=50.0),
         JobRoundState("J3", (FOUR,), (1.4,), t_queue=400.0),
     )
     return RoundInput({"V100": capacity}, jobs)
@@ -51,8 +54,10 @@ def test_worked_example_utilities_match_the_paper() -> None:
 def test_worked_example_oak_admits_j1_and_j3_while_sia_picks_by_goodput() -> None:
     oak = OakPolicy().decide(worked_example())
     assert oak.assignments == {"J1": FOUR, "J2": None, "J3": FOUR}
-    sia = SiaPolicy().decide(worked_example())
-    assert sia.assignments["J2"] == FOUR and sia.assignments["J3"] is None
+    # "Sia picks J2 by goodput alone": on raw goodputs. (Sia's own normalisation divides each
+    # job by its smallest configuration, so these one-configuration jobs would all tie.)
+    raw = SiaPolicy(SiaParams(normalise=False)).decide(worked_example())
+    assert raw.assignments["J2"] == FOUR and raw.assignments["J3"] is None
 
 
 def test_worked_example_mu_na_only_excludes_below_threshold() -> None:
@@ -93,6 +98,7 @@ def test_job_with_vanishing_restart_factor_is_eventually_admitted_by_age() -> No
                           current=FOUR) for k in range(2)
         )
         broken = JobRoundState("broken", (FOUR,), (4.0,), t_progress=10.0, t_ckpt=5000.0,
+                               t_ckpt_failures=5000.0, failures=20, restarts=20,
                                age_s=6000.0, t_queue=t_queue, app="imagenet")
         return RoundInput({"V100": 8}, (*healthy, broken))
 

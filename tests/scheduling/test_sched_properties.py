@@ -19,6 +19,7 @@ from firepool.scheduling import (
     PolluxPolicy,
     RoundInput,
     RoundPolicy,
+    RoundResult,
     make_policy,
 )
 from firepool.scheduling.assignment import assignment_value, solve_assignment
@@ -53,7 +54,27 @@ def rounds(draw: st.DrawFn, max_jobs: int = 8) -> RoundInput:
     return RoundInput(capacity, tuple(jobs))
 
 
-def check_feasible(r: RoundInput, policy: RoundPolicy) -> None:
+def leftover(r: RoundInput, result: RoundResult) -> dict[str, int]:
+    """Capacity per type that the result leaves free."""
+    used = result.used()
+    return {t: r.capacity[t] - used.get(t, 0) for t in r.capacity}
+
+
+def could_run(r: RoundInput, job: JobRoundState, free: dict[str, int],
+              sia_set: bool = False) -> bool:
+    """Some configuration of the job fits in `free` (only Sia's sizes 1, 2, 4, 8 if asked)."""
+    return any(c.replicas <= free.get(c.gpu_type, 0)
+               and (not sia_set or c.replicas in (1, 2, 4, 8))
+               for c in job.configurations)
+
+
+def worth_running(r: RoundInput, job: JobRoundState) -> bool:
+    """A configuration that fits the empty cluster with a goodput of at least one GPU's."""
+    return any(c.replicas <= r.capacity.get(c.gpu_type, 0) and g >= 1.0
+               for c, g in zip(job.configurations, job.goodputs, strict=True))
+
+
+def check_feasible(r: RoundInput, policy: RoundPolicy) -> RoundResult:
     result = policy.decide(r)
     assert set(result.assignments) == {j.job_id for j in r.jobs}
     for job in r.jobs:
@@ -61,17 +82,36 @@ def check_feasible(r: RoundInput, policy: RoundPolicy) -> None:
         assert cfg is None or cfg in job.configurations  # at most one, and one of its own
     for t, used in result.used().items():
         assert used <= r.capacity[t]
+    return result
 
 
 FAST = [make_policy(n) for n in POLICY_NAMES if n not in ("pollux", "oak-nsga2")]
 SLOW = [PolluxPolicy(pop_size=12, n_gen=5), OakNsga2Policy(pop_size=12, n_gen=5)]
+#: Work-conserving by construction: DRF fills leftover capacity; Sia (paper mode) and
+#: Lookahead penalise an idle job by 1, more than the MILP gap, so an idle job that fits in
+#: the leftover would raise their objective. (Gavel fills only with options that beat waiting
+#: a round; OAK, OAK-NSGA2 and sia-reference idle a job whose score does not beat their idle
+#: term, which test_sched_objectives.py checks exactly.)
+MAXIMAL = ("drf", "sia", "lookahead")
 
 
 @SETTINGS
 @given(rounds())
 def test_every_policy_respects_capacity_and_one_configuration(r: RoundInput) -> None:
+    """Feasibility, and no policy may get it by assigning nothing: the work-conserving ones
+    leave no idle job that fits in what they left free, and every other policy runs at least
+    one job whenever some job fits the empty cluster. (Optimality of the MILP policies against
+    an independent objective: test_sched_objectives.py.)"""
+    any_worth = any(worth_running(r, j) for j in r.jobs)
     for policy in (*FAST, *SLOW):
-        check_feasible(r, policy)
+        result = check_feasible(r, policy)
+        free = leftover(r, result)
+        idle = [j for j in r.jobs if result.assignments[j.job_id] is None]
+        if policy.name in MAXIMAL:
+            sia_set = policy.name in ("sia", "lookahead")
+            assert not [j.job_id for j in idle if could_run(r, j, free, sia_set)], policy.name
+        elif policy.name in ("pollux", "gavel"):
+            assert not any_worth or len(idle) < len(r.jobs), policy.name
 
 
 def brute_force(r: RoundInput, params: OakParams) -> float:

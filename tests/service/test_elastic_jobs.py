@@ -5,6 +5,7 @@ every rank, and bad reports or impossible jobs get typed errors."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from firepool.agent import procfs
 from firepool.model import PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
@@ -124,13 +126,28 @@ def _resize(broker: BrokerThread) -> None:
     assert attempts[0].error_class is not None and attempts[0].error_class.value == "Preempted"
 
 
-def test_sia_preempts_for_a_better_job_and_resumes_the_first_later(broker: BrokerThread) -> None:
+def test_sia_preempts_the_running_attempt_for_an_arrival_and_resumes_it_later(
+        broker: BrokerThread) -> None:
     client = broker.client()
     first = elastic_job(client, steps=80)
     wait_for(lambda: times(broker, first).t_progress > 0.3)
     second = elastic_job(client, steps=10)
     assert wait_job(client, second, timeout=60)["state"] == "SUCCEEDED"
     assert wait_job(client, first, timeout=60)["state"] == "SUCCEEDED"
+    store = broker.embedded.store
+    mine = broker.call(lambda: store.attempts(first))
+    theirs = broker.call(lambda: store.attempts(second))
+    # The broker ended the first job's running attempt (not the job itself, not a failure)...
+    stopped = mine[0]
+    assert stopped.error_class is not None and stopped.error_class.value == "Preempted"
+    assert stopped.finished_at is not None
+    # ...and the arrival started only after that, on a slot the preempted attempt held:
+    # with both slots taken, the preemption is what let it run.
+    taken = {b.pod for b in stopped.pods} & {b.pod for b in theirs[0].pods}
+    assert len(stopped.pods) == 2 and taken, (stopped.pods, theirs[0].pods)
+    assert theirs[0].started_at is not None and theirs[0].started_at >= stopped.finished_at
+    # The first job went on in a later attempt, from its checkpoint.
+    assert len(mine) >= 2 and mine[-1].state.value == "SUCCEEDED"
     starts = [step for _, _, rank, step in attempts_log(broker, first) if rank == 0]
     assert len(starts) >= 2 and starts[1] > 0, starts
 
@@ -143,29 +160,65 @@ def test_a_job_no_size_of_which_fits_is_unschedulable(broker: BrokerThread) -> N
     assert "elastic" in job["message"]
 
 
+def _rank_processes() -> set[int]:
+    """PIDs of the job processes under this test's pod agents: each agent forks a zygote,
+    which forks one process per rank it runs."""
+    procs = procfs.snapshot()
+    agents = [pid for pid in procfs.descendants(procs, [os.getpid()])
+              if b"firepool.agent\0" in _cmdline(pid)]
+    zygotes = [pid for pid, p in procs.items() if p.ppid in agents]
+    return {pid for pid in procfs.descendants(procs, zygotes) if not procs[pid].dead}
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_an_injected_failure_kills_every_rank_and_the_job_resumes(tmp_path: Path) -> None:
     with running_broker(tmp_path / "b", catalog=slots(), config=config(
-        failure_rate=1.0, failure_seed=1, round_s=1.0,
+        failure_rate=0.0, failure_seed=1, round_s=1.0,
     )) as broker:
         client = broker.client()
-        job_id = elastic_job(client, steps=40, max_retries=100)
+        # 200 steps of 0.05 s: a rank that survived the kill would run on for seconds.
+        job_id = elastic_job(client, steps=200, max_retries=100)
         driver = broker.embedded.broker.elastic
+        store = broker.embedded.store
+        wait_for(lambda: times(broker, job_id).t_progress > 0.3)
+        rounds = broker.embedded.broker.core.elastic
+        assert rounds is not None
+        live = on_loop(broker, lambda: rounds.live.get(job_id))
+        assert live is not None and live.world == 2
+        ranks = _rank_processes()
+        assert len(ranks) == 2, ranks  # both ranks of the running attempt, seen from here
+
+        def failure_rate(rate: float) -> None:
+            rounds.rules = dataclasses.replace(rounds.rules, failure_rate=rate)
+
+        on_loop(broker, lambda: failure_rate(1.0))
         wait_for(lambda: driver.injected >= 1, timeout=30)
+        on_loop(broker, lambda: failure_rate(0.0))
 
-        def calm() -> None:
-            rounds = broker.embedded.broker.core.elastic
-            assert rounds is not None
-            rounds.rules = dataclasses.replace(rounds.rules, failure_rate=0.0)
+        def record() -> Any:
+            return next(a for a in broker.call(lambda: store.attempts(job_id))
+                        if a.id == live.store_attempt)
 
-        on_loop(broker, calm)
-        job = wait_job(client, job_id, timeout=60)
+        wait_for(lambda: record().finished_at is not None, timeout=10)
+        assert record().error_class is not None and record().error_class.value == "Killed"
+        # Every rank process of the killed attempt is gone within a second of the kill.
+        deadline = time.monotonic() + 1.0
+        while ranks & _rank_processes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not ranks & _rank_processes(), "a rank survived the kill"
+        job = wait_job(client, job_id, timeout=90)
         assert job["state"] == "SUCCEEDED"
         assert times(broker, job_id).failures >= 1
-        # A kill may land before the script logged its start: count the store's attempts.
-        attempts = broker.call(lambda: broker.embedded.store.attempts(job_id))
-        assert len(attempts) >= 2
-        assert any(a.error_class is not None and a.error_class.value == "Killed"
-                   for a in attempts)
+        starts = [step for attempt, _, rank, step in attempts_log(broker, job_id)
+                  if rank == 0 and attempt != live.store_attempt]
+        assert starts and starts[0] > 0  # the next attempt resumed from the checkpoint
 
 
 def test_progress_reports_are_checked(broker: BrokerThread) -> None:

@@ -4,13 +4,22 @@ seed, and the Sia memo changes nothing but the number of solver calls."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from firepool.control import elastic
 from firepool.control.failures import fails
-from firepool.scheduling import Configuration, RoundInput, RoundResult, make_policy
+from firepool.scheduling import (
+    Configuration,
+    RoundInput,
+    RoundResult,
+    SiaParams,
+    SiaPolicy,
+    make_policy,
+)
 from firepool.sim.training import TrainSpec, simulate
 from firepool.sim.trainloads import paper_workload
 from firepool.sim.trainmodel import BUCKETS as TENTHS
@@ -131,7 +140,9 @@ def test_same_seed_same_run() -> None:
 
 
 def test_sia_memo_only_saves_solver_calls() -> None:
-    sia = make_policy("sia")
+    # Only a goodput-only Sia (no restart factor, no pinning) may be memoised.
+    sia = SiaPolicy(SiaParams(restart_factor=False, pin_restoring=False))
+    assert not SiaPolicy().goodput_only
 
     class Opaque:  # the same policy, hidden from the memo
         name = "sia"
@@ -173,3 +184,36 @@ def test_jobs_left_idle_are_censored_at_the_horizon() -> None:
     assert res.unfinished == len(jobs) and not res.jct
     assert res.censored == {j.name: 7200.0 - j.arrival for j in jobs}
     assert res.max_jct == 7200.0 - jobs[0].arrival
+
+
+def test_oak_table_command_flags_json_cells_and_the_orderings(tmp_path: Path) -> None:
+    """`sim oak-table` with its flags, at small scale: the JSON names our policy and holds one
+    cell per (workload, lambda, policy) with the paired gains against the faithful Sia, and
+    the orderings that must hold at any scale do: failures cost every policy time, OAK and
+    Lookahead are at parity with Sia without failures (the paper's parity: within 10%)."""
+    from typer.testing import CliRunner
+
+    from firepool.cli.sim import sim_app
+
+    args = ["oak-table", "--out", str(tmp_path), "--workers", "1", "--seeds", "2",
+            "--workloads", "small", "--lambdas", "0,0.1",
+            "--policies", "oak,sia,sia-reference,lookahead"]
+    result = CliRunner().invoke(sim_app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "oak-table.json").read_text())
+    assert data["ours"] == "lookahead" and data["baseline"] == "sia"
+    cells = {(c["workload"], c["lambda"], c["policy"]): c for c in data["cells"]}
+    assert set(cells) == {("small", lam, p) for lam in (0.0, 0.1)
+                          for p in ("oak", "sia", "sia-reference", "lookahead")}
+    for c in cells.values():
+        assert {"mean_jct_s", "max_jct_s", "unfinished"} <= set(c)
+        assert c["unfinished"] == 0 and 0 < c["mean_jct_s"] <= c["max_jct_s"]
+        assert c["mean_jct_s"] == pytest.approx(sum(c["seed_means"]) / 2)
+        if c["policy"] != "sia":
+            low, high = c["paired_mean_gain"][1:]
+            assert low <= c["paired_mean_gain"][0] <= high
+    for p in ("oak", "sia", "sia-reference", "lookahead"):
+        assert cells[("small", 0.1, p)]["mean_jct_s"] > cells[("small", 0.0, p)]["mean_jct_s"]
+    for p in ("oak", "lookahead"):
+        assert abs(cells[("small", 0.0, p)]["delta_mean"]) < 0.10
+    assert (tmp_path / "oak-table.md").read_text().startswith("|")

@@ -97,11 +97,26 @@ def oak_table(
     seeds: int = typer.Option(10, "--seeds"),
     traces: str | None = _TRACES,
     workers: int | None = _WORKERS,
+    workloads: str | None = typer.Option(
+        None, "--workloads", help="Comma-separated; default: the four paper workloads."
+    ),
+    lambdas: str = typer.Option("0,0.05,0.1", "--lambdas"),
+    policies: str = typer.Option("oak,sia,sia-reference,lookahead", "--policies"),
 ) -> None:
-    """OAK vs Sia over workloads x lambda in {0, 0.05, 0.10} (scheduler paper Table II)."""
+    """OAK, both Sia modes and Lookahead over workloads x lambda (scheduler paper Table II)."""
     from firepool.sim.experiments.oak import run_oak_table
 
-    _done(run_oak_table(out, seeds, workers, workloads=_workloads(traces)))
+    chosen = _workloads(traces) if workloads is None else tuple(workloads.split(","))
+    _done(
+        run_oak_table(
+            out,
+            seeds,
+            workers,
+            workloads=chosen,
+            lams=tuple(float(x) for x in lambdas.split(",")),
+            policies=tuple(policies.split(",")),
+        )
+    )
 
 
 @sim_app.command("oak-ablation")

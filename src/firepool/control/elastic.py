@@ -20,9 +20,11 @@ Measured times, per job, from the events alone:
   T_ckpt      time from an attempt's start decision to its first progress report (restore) plus
               the time from a stop request to the exit (checkpoint); a job's very first start
               restores nothing and counts as queueing only;
-  T_queue     time without an allocation or restoring (cumulative, it is the age key's input).
-`poisson_failures` is the experiments' failure hook: rate lambda per round per running job,
-driven by a random source passed in, so a seed reproduces the failure stream.
+  T_queue     time without an allocation or restoring (cumulative, it is the age key's input);
+  T_ckpt of failures  the part of T_ckpt spent restoring after a failed attempt (what the
+              scheduler paper's section IV-D charges to the restart factor).
+Injected failures for experiments come from `control/failures.py`, the one failure stream of
+every driver.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal, Protocol
+from typing import Literal
 
 from firepool.model import InvalidTransitionError, NotFoundError, RequestValidationError
 from firepool.scheduling import (
@@ -102,25 +104,10 @@ Decision = StartAttempt | StopAttempt | Unplaceable
 
 
 @dataclass(frozen=True, slots=True)
-class FailureEvent:
-    """An injected failure: the driver kills the attempt (SIGKILL) at time `at`."""
-
-    job_id: str
-    attempt: int
-    at: float
-
-
-@dataclass(frozen=True, slots=True)
 class RoundOutcome:
     trigger: Trigger
     result: RoundResult
     decisions: tuple[Decision, ...]
-
-
-class UniformSource(Protocol):
-    """Anything with `random() -> float` in [0, 1): `random.Random`, `numpy.random.Generator`."""
-
-    def random(self) -> float: ...
 
 
 #: Goodput estimates per configuration of a job, from its spec, measured throughput and its
@@ -154,6 +141,8 @@ class _Job:
     t_queue: float = 0.0
     restarts: int = 0
     failures: int = 0  # attempts that failed (a subset of restarts): what max_retries bounds
+    t_ckpt_failures: float = 0.0  # restore time after failed attempts (part of t_ckpt)
+    after_failure: bool = False  # the next restore follows a failure
     fraction: float = 0.0  # training progress in [0, 1], from the job's reports
     withdrawn: bool = False  # cancelled: done once its live attempt (if any) has exited
     reported_unplaceable: bool = False
@@ -224,6 +213,8 @@ class ElasticLifecycle:
             job.t_queue += dt
             if job.t_progress > 0.0:  # a first start restores nothing: not overhead
                 job.t_ckpt += dt
+                if job.after_failure:
+                    job.t_ckpt_failures += dt
         elif job.phase is Phase.RUNNING:
             job.t_progress += dt
         elif job.phase is Phase.STOPPING:
@@ -286,6 +277,7 @@ class ElasticLifecycle:
             return False
         if job.phase is Phase.RESTORING:
             job.phase = Phase.RUNNING
+            job.after_failure = False
         if fraction is not None:
             job.fraction = fraction
         if samples_per_s is not None and job.config is not None:
@@ -318,6 +310,7 @@ class ElasticLifecycle:
         job.config = None
         if outcome == "failed":
             job.failures += 1
+        job.after_failure = outcome == "failed"
         if outcome == "completed" or job.withdrawn:
             job.phase = Phase.DONE
             job.target = None
@@ -361,6 +354,9 @@ class ElasticLifecycle:
                 current=current,
                 age_s=max(now - j.spec.submitted_at, 0.0),
                 restarts=j.restarts,
+                failures=j.failures,
+                t_ckpt_failures=j.t_ckpt_failures,
+                restoring=j.phase is Phase.RESTORING,
             ))
         return RoundInput(capacity=dict(self._capacity), jobs=tuple(jobs), round_s=self._round_s)
 
@@ -414,32 +410,3 @@ class ElasticLifecycle:
         return out
 
     # ------------------------------------------------------------------ failure hook
-
-    def poisson_failures(self, now: float, rng: UniformSource, rate: float) -> list[FailureEvent]:
-        """Failures in the coming round: Poisson with `rate` per round per running job."""
-        return poisson_failures(self.running(), now, rng, rate, self._round_s)
-
-
-def poisson_failures(
-    running: Sequence[tuple[str, int]],
-    now: float,
-    rng: UniformSource,
-    rate: float,
-    round_s: float = DEFAULT_ROUND_S,
-) -> list[FailureEvent]:
-    """First failure time of each (job, attempt) within [now, now + round_s), if any.
-
-    Failures form a Poisson process of `rate` events per round, so the first one falls after an
-    exponential time with mean round_s / rate; one draw per job, in the given order.
-    """
-    if not (math.isfinite(rate) and rate >= 0):
-        raise RequestValidationError("failure rate must be finite and >= 0", field="rate")
-    out: list[FailureEvent] = []
-    for job_id, attempt in running:
-        u = rng.random()
-        if rate == 0:
-            continue
-        wait = -math.log(1.0 - u) * round_s / rate
-        if wait < round_s:
-            out.append(FailureEvent(job_id, attempt, now + wait))
-    return out

@@ -25,8 +25,9 @@ from firepool.scheduling.milp import available_backends
 from firepool.scheduling.policies.drf import DrfPolicy
 from firepool.scheduling.policies.gavel import GavelPolicy
 from firepool.scheduling.policies.hybrid import OakNsga2Policy
-from firepool.scheduling.policies.oak import OakPolicy, SiaPolicy
+from firepool.scheduling.policies.oak import OakPolicy
 from firepool.scheduling.policies.pollux import PolluxPolicy
+from firepool.scheduling.policies.sia import SIA_PAPER, SIA_REFERENCE, SiaParams, SiaPolicy
 from firepool.scheduling.registry import POLICY_NAMES, make_policy
 from firepool.scheduling.rounds import (
     Configuration,
@@ -47,6 +48,8 @@ from firepool.scheduling.utility import (
 __all__ = [
     "POLICY_NAMES",
     "P_RESTART_S",
+    "SIA_PAPER",
+    "SIA_REFERENCE",
     "AppModel",
     "Configuration",
     "DrfPolicy",
@@ -63,6 +66,7 @@ __all__ = [
     "RoundPolicy",
     "RoundResult",
     "SchedulingError",
+    "SiaParams",
     "SiaPolicy",
     "SolverFailedError",
     "SolverUnavailableError",

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from firepool.scheduling.errors import InvalidRoundInputError
 from firepool.scheduling.milp import Milp, solve
 from firepool.scheduling.prepare import PreparedRound
 
@@ -56,8 +57,11 @@ def undominated(prep: PreparedRound, utility: FloatArray, candidates: BoolArray)
     return out
 
 
-def build_milp(prep: PreparedRound, gain: FloatArray, use: IntArray) -> Milp:
-    """Binary program choosing options `use` (indices) with per-option `gain` to maximise."""
+def build_milp(
+    prep: PreparedRound, gain: FloatArray, use: IntArray, capacity: FloatArray | None = None
+) -> Milp:
+    """Binary program choosing options `use` (indices) with per-option `gain` to maximise;
+    `capacity` per type replaces the round's (what pinned jobs leave free)."""
     n = int(use.size)
     job = prep.opt_job[use]
     # Only jobs with two or more options need their "at most one" row.
@@ -71,7 +75,8 @@ def build_milp(prep: PreparedRound, gain: FloatArray, use: IntArray) -> Milp:
     rows = np.concatenate([job_rows_of[job[multi]], n_job_rows + prep.opt_type[use]])
     cols = np.concatenate([var[multi], var])
     vals = np.concatenate([np.ones(int(multi.sum())), prep.opt_replicas[use].astype(np.float64)])
-    b = np.concatenate([np.ones(n_job_rows), prep.capacity])
+    cap = prep.capacity if capacity is None else capacity
+    b = np.concatenate([np.ones(n_job_rows), cap])
     return Milp(c=-gain, rows=rows, cols=cols, vals=vals, b=b, binary=np.ones(n, dtype=np.bool_))
 
 
@@ -82,18 +87,40 @@ def solve_assignment(
     backend: str | None = None,
     *,
     reduce: bool = True,
+    forced: IntArray | None = None,
 ) -> Assignment:
     """Optimal one-option-per-job choice for the utilities (within the MILP gap, `MIP_GAP`).
 
     `reduce` applies the exact dominance reduction first (tests compare both paths).
+    `forced` (per job: an option index, or -1 for free) pins jobs to an option: their GPUs are
+    taken out of the capacity and the rest is optimised, which is exactly the optimum under
+    the constraint x_forced = 1 (Sia pins jobs that are checkpointing or restoring).
     """
     candidates = utility > mu_na
+    capacity = prep.capacity
+    choice = np.full(prep.n_jobs, -1, dtype=np.int64)
+    if forced is not None and np.any(forced >= 0):
+        pinned_opts = forced[forced >= 0]
+        pinned_jobs = np.flatnonzero(forced >= 0)
+        capacity = capacity - usage(prep, forced)
+        if np.any(capacity < -1e-9):
+            raise InvalidRoundInputError(
+                "pinned (restoring) jobs hold more GPUs than the cluster has",
+                field="jobs.restoring",
+            )
+        candidates = candidates & ~np.isin(prep.opt_job, pinned_jobs)
+        # When no free option fits what the pins leave, there is nothing to solve: GLPK's
+        # presolver would remove every column and abort the process ("glp_add_cols: ncs =
+        # 0"). Otherwise the model goes to the solver unchanged (options too big for the
+        # remaining capacity are removed by its presolver, exactly).
+        if not np.any(candidates & (prep.opt_replicas <= capacity[prep.opt_type] + 1e-9)):
+            candidates = np.zeros_like(candidates)
+        choice[pinned_jobs] = pinned_opts
     if reduce:
         use = np.flatnonzero(undominated(prep, utility, candidates))
     else:
         use = np.flatnonzero(candidates)
-    choice = np.full(prep.n_jobs, -1, dtype=np.int64)
-    problem = build_milp(prep, utility[use] - mu_na, use)
+    problem = build_milp(prep, utility[use] - mu_na, use, capacity)
     solution = solve(problem, backend)
     chosen = use[solution.x > 0.5]
     choice[prep.opt_job[chosen]] = chosen

@@ -86,7 +86,7 @@ def _bad_goodput(i: int, job: JobRoundState) -> InvalidGoodputError:
     return InvalidGoodputError(f"job {job.job_id}: invalid goodput", field=f"jobs[{i}].goodputs")
 
 
-_TIMES = ("t_progress", "t_ckpt", "t_queue", "age_s", "remaining_work")
+_TIMES = ("t_progress", "t_ckpt", "t_ckpt_failures", "t_queue", "age_s", "remaining_work")
 
 
 def _validate_jobs(jobs: tuple[JobRoundState, ...]) -> None:
@@ -102,6 +102,8 @@ def _validate_jobs(jobs: tuple[JobRoundState, ...]) -> None:
             )
         if job.restarts < 0:
             raise InvalidRoundInputError("restarts must be >= 0", field=f"jobs[{i}].restarts")
+        if job.failures < 0:
+            raise InvalidRoundInputError("failures must be >= 0", field=f"jobs[{i}].failures")
         if job.p_restart is not None:
             _check_time(job.p_restart, f"jobs[{i}].p_restart")
     try:

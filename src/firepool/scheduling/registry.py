@@ -8,17 +8,21 @@ from firepool.scheduling.errors import UnknownPolicyError
 from firepool.scheduling.policies.drf import DrfPolicy
 from firepool.scheduling.policies.gavel import GavelPolicy
 from firepool.scheduling.policies.hybrid import OakNsga2Policy
-from firepool.scheduling.policies.oak import OakPolicy, SiaPolicy
+from firepool.scheduling.policies.lookahead import LookaheadPolicy
+from firepool.scheduling.policies.oak import OakPolicy
 from firepool.scheduling.policies.pollux import PolluxPolicy
+from firepool.scheduling.policies.sia import SIA_REFERENCE, SiaPolicy
 from firepool.scheduling.rounds import RoundPolicy
 
 _FACTORIES: dict[str, Callable[[], RoundPolicy]] = {
     "oak": OakPolicy,
     "sia": SiaPolicy,
+    "sia-reference": lambda: SiaPolicy(SIA_REFERENCE, name="sia-reference"),
     "pollux": PolluxPolicy,
     "gavel": GavelPolicy,
     "drf": DrfPolicy,
     "oak-nsga2": OakNsga2Policy,
+    "lookahead": LookaheadPolicy,
 }
 
 POLICY_NAMES: tuple[str, ...] = tuple(_FACTORIES)

@@ -43,6 +43,13 @@ class JobRoundState:
     goodput estimate of `configurations[k]`, normalised so that 1.0 is the job's goodput on one
     reference GPU (the scale the paper's `mu_na = 1.1` is meant for). `p_restart` of None means
     "look the application up in the paper's table".
+
+    `t_ckpt` is all measured checkpoint and restore time; `t_ckpt_failures` the part of it spent
+    restoring after a *failed* attempt (the paper's section IV-D charges failures only, while a
+    policy's own resizes would otherwise feed back into its restart factor). `failures` counts
+    failed attempts (a subset of `restarts`). `restoring` is True while the current attempt has
+    started but not yet reported progress: Sia pins such a job to its configuration, since moving
+    it would throw the restore away.
     """
 
     job_id: str
@@ -56,6 +63,9 @@ class JobRoundState:
     current: Configuration | None = None
     age_s: float = 0.0
     restarts: int = 0
+    failures: int = 0
+    t_ckpt_failures: float = 0.0
+    restoring: bool = False
     remaining_work: float = 3600.0  # seconds of work on one reference GPU (Gavel only)
 
 

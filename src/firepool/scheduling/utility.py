@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -30,16 +31,50 @@ P_RESTART_S: Mapping[str, float] = {
 DEFAULT_P_RESTART_S = 30.0
 
 
+TCkptSource = Literal["failures", "all"]
+RScope = Literal["changed", "all"]
+
+
 @dataclass(frozen=True, slots=True)
 class OakParams:
-    """The four scheduler knobs; defaults are the paper's calibrated values."""
+    """The four scheduler knobs (defaults: the paper's calibrated values, section V-A3) and the
+    three places where the paper leaves its own rule open, each a named choice:
+
+    * `t_ckpt_source`: what `T_ckpt` in r counts. "failures" (default) is section IV-D: the
+      simulator adds the restart penalty on each *failure*; here the measured restore time
+      after failed attempts. "all" counts every checkpoint and restore, resizes included (the
+      paper's section III-A wording, "time spent in checkpoint or restore"): OAK's own resizes
+      then lower r, which without the age key starves jobs (ablation cell c).
+    * `r_scope`: which options r multiplies. "changed" (default, as Sia does with its factor)
+      leaves the job's current configuration undiscounted, since keeping it costs no restart;
+      "all" discounts the current one too (the formula read literally), which also pushes a
+      running job towards idling.
+    * `pin_restoring`: a job whose attempt is still restoring keeps its configuration this
+      round (Sia's hard constraint); moving it would throw the restore away.
+
+    The r = 1 rule for jobs that have not trained yet, or are younger than one restart penalty
+    (section IV-D), is always on: without it `T_progress = 0` gives r = 0 and a new job could
+    never be admitted.
+    """
 
     p: float = 0.5
     alpha: float = 0.01
     k_max: float = 100.0
     mu_na: float = 1.1
+    t_ckpt_source: TCkptSource = "failures"
+    r_scope: RScope = "changed"
+    pin_restoring: bool = True
 
     def __post_init__(self) -> None:
+        if self.t_ckpt_source not in ("failures", "all"):
+            raise InvalidRoundInputError(
+                f"t_ckpt_source must be 'failures' or 'all', got {self.t_ckpt_source!r}",
+                field="t_ckpt_source",
+            )
+        if self.r_scope not in ("changed", "all"):
+            raise InvalidRoundInputError(
+                f"r_scope must be 'changed' or 'all', got {self.r_scope!r}", field="r_scope"
+            )
         # p < 0 makes (G*r)^p blow up as r -> 0 (paper §III-B), so it is refused.
         if not (math.isfinite(self.p) and self.p >= 0.0):
             raise InvalidRoundInputError("p must be finite and >= 0", field="p")

@@ -376,7 +376,7 @@ def simulate(
     """Run `jobs` under `policy` until all finish or `horizon_s` of virtual time has passed;
     `mask_restart` hides progress from the policy (r = 1 for every job: ablation cell b)."""
     view = PolicyView(policy, mask_progress=mask_restart,
-                      memo_goodput_only=isinstance(policy, SiaPolicy))
+                      memo_goodput_only=isinstance(policy, SiaPolicy) and policy.goodput_only)
     driver = _Driver(view, jobs, lam, seed, round_s, cost or RestartCost())
     if policy.name.startswith("gavel"):
         view.remaining_work = driver.remaining_work

@@ -9,9 +9,10 @@ wrapper only changes what the experiment asks it to change:
   only Gavel reads (the service cannot know it, the simulator can);
 * `memo_goodput_only` reuses the previous decision when every job and its goodputs are the same
   as last round. Only for a policy whose decision is a function of (capacity, jobs in order,
-  configurations, goodputs): Sia (its utility is `G^p`, solved by the same MILP), where most
-  rounds of a long run repeat the last one. The result is the very object the policy returned
-  for that input, so runs are identical with and without it (a test holds this).
+  configurations, goodputs): Sia without its restart factor and pinning (its utility is then
+  `G^p`, solved by the same MILP), where most rounds of a long run repeat the last one. The
+  result is the very object the policy returned for that input, so runs are identical with and
+  without it (a test holds this).
 """
 
 from __future__ import annotations

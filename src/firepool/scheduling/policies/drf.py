@@ -2,7 +2,8 @@
 
 Each step the job with the smallest dominant share (its GPUs over the capacity of their type)
 grows to its next larger configuration if that fits; a job that cannot grow is frozen. It stops
-when every job is frozen. Deterministic; ties go to the earlier job.
+when every job is frozen; a last pass gives capacity a job freed by moving to another GPU type
+to the jobs still idle. Deterministic; ties go to the earlier job.
 """
 
 from __future__ import annotations
@@ -51,5 +52,16 @@ class DrfPolicy:
                     break
             if not grown and held >= 0:
                 free[prep.opt_type[held]] -= prep.opt_replicas[held]
+        # A job that grew onto another GPU type freed capacity of its old type, which a job
+        # frozen earlier may fit in: give it that capacity (progressive filling ends only when
+        # no idle job fits anything that is free).
+        for i in range(prep.n_jobs):
+            if choice[i] >= 0:
+                continue
+            for k in ladders[i]:
+                if prep.opt_replicas[k] <= free[prep.opt_type[k]]:
+                    choice[i] = k
+                    free[prep.opt_type[k]] -= prep.opt_replicas[k]
+                    break
         filled = int(np.count_nonzero(choice >= 0))
         return prep.result(self.name, choice, float(filled), "progressive-filling")

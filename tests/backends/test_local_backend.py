@@ -6,6 +6,7 @@ import io
 import os
 import shutil
 import signal
+import sys
 import zipfile
 from pathlib import Path
 
@@ -21,8 +22,8 @@ from pod_helpers import (
     wait_exit,
 )
 
+import firepool
 from firepool.agent import procfs
-from firepool.agent.isolation import needed_under_tmp
 from firepool.backends.base import PodBackend, PodCreate
 from firepool.backends.local import LocalBackend
 from firepool.model import PodRole, PoolSpec, UnavailableError
@@ -55,8 +56,11 @@ def test_create_ready_delete_leaves_nothing() -> None:
         assert health.ok and health.pod == record.name
         expected = IsolationMode.WEAK
         if backend.capabilities.private_scratch:
-            # A private /tmp needs everything the pod runs from to live elsewhere.
-            hidden = needed_under_tmp(root / record.name / "tmp")
+            # A private /tmp needs everything the pod runs from to live elsewhere: the pods
+            # live under /var/tmp, the interpreter and firepool's code may not.
+            tmp = Path("/tmp").resolve()
+            runs_from = (root, Path(sys.prefix), Path(sys.executable), Path(firepool.__file__))
+            hidden = any(path.resolve().is_relative_to(tmp) for path in runs_from)
             expected = IsolationMode.PRIVATE_SHM if hidden else IsolationMode.PRIVATE
         assert health.isolation is expected
         cgroups = _cgroup_dirs(root / record.name)

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
 from firepool.api.context import Authed, authenticate
+from firepool.api.routes.common import AUTHED, errors
 from firepool.api.schemas import PodList, PodView, ProgressIn, ProgressOut
 from firepool.model import (
     JobKind,
@@ -25,6 +26,9 @@ from firepool.protocol import ExitEvent
 
 if TYPE_CHECKING:
     from firepool.service.broker import Broker
+
+
+_BINARY = {"type": "string", "format": "binary"}
 
 
 class EventAck(StrictModel):
@@ -52,13 +56,33 @@ def _progress_token_ok(broker: Broker, request: Request, attempt: str) -> bool:
 def service_router(broker: Broker) -> APIRouter:
     router = APIRouter()
 
-    @router.post("/internal/v1/events", response_model=EventAck, include_in_schema=False)
+    # The internal routes are in the served document too (tag `internal`): the pod agent is
+    # their only client, authenticated by its pod's own secret as a bearer token.
+    @router.post(
+        "/internal/v1/events",
+        response_model=EventAck,
+        tags=["internal"],
+        responses=errors(401, 413, 422),
+        openapi_extra=AUTHED,
+    )
     async def exit_event(event: ExitEvent, request: Request) -> EventAck:
+        """An attempt's exit, reported by its pod's agent; `accepted: false` for a stale
+        attempt or one already reported."""
         _pod_secret(broker, request, event.pod)
         return EventAck(accepted=broker.on_exit(event))
 
-    @router.get("/internal/v1/packages/{digest}", include_in_schema=False)
+    @router.get(
+        "/internal/v1/packages/{digest}",
+        tags=["internal"],
+        response_class=FileResponse,
+        responses={
+            200: {"content": {"application/zip": {"schema": _BINARY}}},
+            **errors(401, 404, 422),
+        },
+        openapi_extra=AUTHED,
+    )
     async def fetch_package(digest: str, request: Request) -> FileResponse:
+        """A stored package's zip, for a pod of this broker."""
         _pod_secret(broker, request, None)
         path = broker.packages.path(digest)
         if path is None:
@@ -69,7 +93,8 @@ def service_router(broker: Broker) -> APIRouter:
         "/v1/jobs/{job_id}/progress",
         response_model=ProgressOut,
         tags=["jobs"],
-        openapi_extra={"security": [{"bearer": []}]},
+        responses=errors(401, 404, 413, 422),
+        openapi_extra=AUTHED,
     )
     async def report_progress(job_id: str, report: ProgressIn, request: Request) -> ProgressOut:
         """An elastic attempt's progress: the first report ends its restore; `samples_per_s`
@@ -99,7 +124,13 @@ def service_router(broker: Broker) -> APIRouter:
         )
         return ProgressOut(job=job_id, attempt=report.attempt, accepted=accepted)
 
-    @router.get("/v1/pods", response_model=PodList, tags=["pods"])
+    @router.get(
+        "/v1/pods",
+        response_model=PodList,
+        tags=["pods"],
+        responses=errors(401, 422),
+        openapi_extra=AUTHED,
+    )
     async def list_pods(session: Authed) -> PodList:
         """Every pod the broker tracks; owners and sessions only on the caller's own pods."""
         out: list[PodView] = []

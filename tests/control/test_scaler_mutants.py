@@ -330,3 +330,148 @@ def test_gpu_hold_breaking_and_held_owner_counts() -> None:
     assert p.blocked_at_ceiling and p.retire == [Retired("a3", HB)]
     p = plan(spec, pods, groups_of(pods), q("dave", 2), 100.0)
     assert [r.pod for r in p.retire] == ["a3", "a1"]  # oldest holds first
+
+
+def test_gpu_census_without_stale_dedicated_or_expired_units() -> None:
+    spec = GPU.model_copy(update={"standbys_per_active": 0})
+    pods = [g("a1", S.RUNNING, "G1"), g("a2", S.IDLE, "G2", idle_since=100.0)]
+    empty = Group("G0", "gpu")  # a group whose pods are all gone from the list: skipped
+    p = plan(spec, pods, [empty, *groups_of(pods)], [], 150.0)
+    assert p.census == Census(
+        idle=1, running=1, demand=1, eligible=2, physical=2,
+    )  # stale, single_use, expired_idle, held, starting, assigned all zero
+    assert p.retire == [] and p.create == 0
+
+
+def test_gpu_dedicated_supply_counts_every_ready_or_starting_group_of_its_kind() -> None:
+    spec = GPU.model_copy(update={"standbys_per_active": 0})
+    pods = [
+        g("a1", S.IDLE, "G1", single_use=True),
+        g("a2", S.IDLE, "G2", single_use=True),
+        g("a3", S.STARTING, "G3", single_use=True),
+        g("a4", S.RUNNING, "G4", single_use=True),  # busy: not supply
+        g("a5", S.RUNNING, "G5", single_use=True),
+        g("a6", S.ASSIGNED, "G6", single_use=True),
+    ]
+    p = plan(spec, pods, groups_of(pods), q("x", 5, single_use=True), 0.0)
+    assert p.census.single_use == 6
+    assert p.create_dedicated == [DedicatedCreate(True, None)] * 2  # 5 wanted - 3 supply
+
+
+def test_gpu_standbys_within_the_step_skipping_retired_and_empty_groups() -> None:
+    spec = GPU.model_copy(update={"step": 2, "max_idle_count": 0})
+    pods = [
+        g("a0", S.IDLE, "G0", idle_since=0.0),  # expired: retired this pass, no standby
+        g("a1", S.RUNNING, "G1"),
+        g("a2", S.RUNNING, "G2"),
+        g("a3", S.RUNNING, "G3"),
+    ]
+    p = plan(spec, pods, groups_of(pods), [], 150.0)
+    assert p.retire == [Retired("a0", SD)]
+    assert p.create_standbys == ["G1", "G2"]  # the step bounds the standbys of one pass
+
+
+def test_gpu_stale_drain_counts_retiring_pods_itself() -> None:
+    spec = GPU.model_copy(update={"standbys_per_active": 0})
+    pods = [
+        g("a1", S.STALE, "G1", created=5.0),
+        g("a2", S.STALE, "G2", created=1.0),
+        g("a3", S.STALE, "G3", created=3.0),
+        g("a4", S.RUNNING, "G4"),
+    ]
+    p = plan(spec, pods, groups_of(pods), [], 0.0, config=ScalerConfig(drain_budget=2))
+    assert p.retire == [Retired("a2", ST), Retired("a3", ST)]
+    retiring = [*pods, g("a5", S.RETIRING, "G5")]
+    p = plan(spec, retiring, groups_of(retiring), [], 0.0, config=ScalerConfig(drain_budget=2))
+    assert p.retire == [Retired("a2", ST)]
+    two = [*retiring, g("a6", S.RETIRING, "G6")]
+    p = plan(spec, two, groups_of(two), [], 0.0, config=ScalerConfig(drain_budget=2))
+    assert p.retire == []
+    three = [*two, g("a7", S.RETIRING, "G7")]  # more retiring than the budget: none more
+    p = plan(spec, three, groups_of(three), [], 0.0, config=ScalerConfig(drain_budget=2))
+    assert p.retire == []
+    p = plan(spec, [g("a4", S.RUNNING, "G4")], groups_of([g("a4", S.RUNNING, "G4")]), [], 0.0)
+    assert p.retire == []  # nothing stale: nothing to drain
+
+
+def test_cpu_counts_of_each_class_accumulate() -> None:
+    spec = PoolSpec(name="cpu", max_count=40, idle_timeout=100.0)
+    pods = [
+        pod("a0", S.ASSIGNED), pod("a1", S.ASSIGNED), pod("a2", S.ASSIGNED),
+        pod("d0", S.RUNNING, single_use=True), pod("d1", S.RUNNING, single_use=True),
+        pod("d2", S.RUNNING, image="i"),
+        pod("e0", S.IDLE, single_use=True), pod("e1", S.IDLE, single_use=True),
+        pod("m0", S.IDLE, image="img"), pod("m1", S.IDLE, image="img"),
+        pod("s0", S.STARTING, image="img"), pod("s1", S.STARTING, image="img"),
+        pod("x0", S.RETIRING), pod("x1", S.RETIRING),
+    ]  # fmt: skip
+    queued = q("x", 3, single_use=True) + q("y", 5, image="img")
+    p = plan(spec, pods, [], queued, 0.0)
+    assert (p.census.assigned, p.census.single_use, p.census.stale) == (3, 9, 2)
+    # supply: 2 single-use idle, 4 img (2 idle + 2 starting) -> 1 + 1 to create
+    assert p.create_dedicated == [DedicatedCreate(False, "img"), DedicatedCreate(True, None)]
+    p = plan(spec, [*pods, pod("z", S.STALE)], [], [], 0.0, config=ScalerConfig(drain_budget=2))
+    assert p.retire == []  # two retiring use the whole budget
+
+
+def test_cpu_blocked_at_the_ceiling_or_the_budget_exactly() -> None:
+    spec = PoolSpec(name="cpu", max_count=10, step=1)
+    busy = [pod(f"r{i}", S.RUNNING) for i in range(8)]
+    # room 2, step 1: add 1, room - add = 1 left: not blocked (the budget is ample).
+    p = plan(spec, busy, [], q("bob", 3), 0.0, headroom_units=100)
+    assert (p.create, p.blocked_at_ceiling) == (1, False)
+    # headroom 2: add 1, head - add = 1: not blocked either.
+    p = plan(spec, busy, [], q("bob", 3), 0.0, headroom_units=2)
+    assert (p.create, p.blocked_at_ceiling) == (1, False)
+    nine = [*busy, pod("r8", S.RUNNING)]
+    # room 1 with a large budget: add 1 = room, so the rest is blocked at the ceiling.
+    p = plan(spec, nine, [], q("bob", 3), 0.0, headroom_units=100)
+    assert (p.create, p.blocked_at_ceiling) == (1, True)
+    ten = [*nine, pod("r9", S.RUNNING)]
+    p = plan(spec, ten, [], q("bob", 3), 0.0, headroom_units=100)
+    assert (p.create, p.blocked_at_ceiling) == (0, True)
+
+
+def test_cpu_blocked_by_dedicated_demand_at_the_ceiling() -> None:
+    spec = PoolSpec(name="cpu", max_count=3)
+    supply = [pod("e0", S.IDLE, single_use=True), pod("e1", S.IDLE, single_use=True)]
+    full = [*supply, pod("r0", S.RUNNING)]
+    # Dedicated demand fully served by supply: not blocked.
+    p = plan(spec, full, [], q("x", 2, single_use=True), 0.0, headroom_units=100)
+    assert (p.create_dedicated, p.blocked_at_ceiling) == ([], False)
+    # One job of a kind with no supply, at the ceiling: blocked.
+    p = plan(spec, full, [], q("y", 1, image="img"), 0.0, headroom_units=100)
+    assert (p.create_dedicated, p.blocked_at_ceiling) == ([], True)
+    # A shared deficit at the ceiling with dedicated demand served: still blocked.
+    p = plan(spec, full, [], q("x", 2, single_use=True) + q("bob", 2), 0.0, headroom_units=100)
+    assert p.blocked_at_ceiling
+
+
+def test_cpu_shared_and_dedicated_creates_share_the_step() -> None:
+    spec = PoolSpec(name="cpu", max_count=20, step=3)
+    queued = q("bob", 1) + q("x", 5, single_use=True)
+    p = plan(spec, [], [], queued, 0.0, headroom_units=100)
+    # add 1 shared; the dedicated budget is min(20, 3, 100) - 1 = 2.
+    assert p.create == 1 and p.create_dedicated == [DedicatedCreate(True, None)] * 2
+    assert p.blocked_at_ceiling is False
+
+
+def test_cpu_scale_down_over_a_lowered_ceiling_and_with_stale_pods() -> None:
+    # The operator lowered the ceiling to 4 under a pool of 6: idle_cap = min(5, 4 - 2) = 2.
+    spec = PoolSpec(name="cpu", min_count=0, max_count=4, max_idle_count=5, idle_timeout=10.0)
+    pods = [pod(f"e{i}", S.IDLE, idle_since=float(i)) for i in range(4)] + [
+        pod("r0", S.RUNNING),
+        pod("r1", S.RUNNING),
+    ]
+    p = plan(spec, pods, [], [], 100.0)
+    assert p.retire == [Retired("e0", SD), Retired("e1", SD)]
+    # The floor: retain = max(0, 3 - (1 + 1), 0) = 1, and a retiring pod makes the pool's
+    # physical count larger than its idle, held and busy pods: two of three go.
+    floor = PoolSpec(name="cpu", min_count=3, max_count=10, idle_timeout=10.0)
+    pods = [pod(f"e{i}", S.IDLE, idle_since=float(i)) for i in range(3)] + [
+        pod("r0", S.RUNNING),
+        pod("h0", S.HELD, owner="alice", hold_until=500.0),
+        pod("x0", S.RETIRING),
+    ]
+    p = plan(floor, pods, [], [], 100.0)
+    assert [r.pod for r in p.retire if r.reason is SD] == ["e0", "e1"]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import stat
-import hashlib
 import threading
 import zipfile
 from collections.abc import Iterator

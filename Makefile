@@ -38,7 +38,7 @@ test: $(STAMP_TEST)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Mutation testing of the control plane's decision modules (not part of `make test`): one
-# module at a time, one worker, then the score per file (docs/testing.md). Slow: ~30 min.
+# module at a time, one worker, then the score per file (docs/testing.md). ~6 min idle.
 MUTATE := firepool.control.admission firepool.control.budgets firepool.control.dispatch \
 	firepool.scheduling.utility firepool.control.scaler
 mutation: $(STAMP_TEST)

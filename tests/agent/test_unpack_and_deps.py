@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import stat
-import sys
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -176,6 +176,10 @@ def test_requirements_markers(tmp_path: Path) -> None:
 
 
 def test_requirements_digest_must_match() -> None:
+    right = "sha256:" + hashlib.sha256(b"x").hexdigest()
+    assert RequirementsRef(digest=right, text="x").text == "x"
+    assert RequirementsRef.of("x").digest == right
     with pytest.raises(ValueError):
         RequirementsRef(digest="sha256:" + "0" * 64, text="x")
-    assert sys.executable
+    with pytest.raises(ValueError):  # a well-formed digest, of another text
+        RequirementsRef(digest="sha256:" + hashlib.sha256(b"y").hexdigest(), text="x")

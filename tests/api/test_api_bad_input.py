@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import random
 import struct
@@ -148,4 +149,13 @@ def test_bad_packages_are_refused_and_not_kept(
     body = error_of(response, status)
     assert body["error"] == error
     assert api.packages.blobs() == [] and list(api.packages.tmp_dir.iterdir()) == []
-    assert api.store.get_package("sha256:" + "0" * 64) is None
+    # Not recorded under the digest of the bytes that were sent (the only one it could have).
+    digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+    assert api.store.get_package(digest) is None
+    # The same lookup finds an accepted upload, so the check above can fail.
+    good = _zip({"main.py": b"print(1)\n"})
+    accepted = api.alice.post(
+        "/v1/packages", content=good, headers={"Content-Type": "application/zip"}
+    )
+    assert accepted.status_code == 201, accepted.text
+    assert api.store.get_package("sha256:" + hashlib.sha256(good).hexdigest()) is not None

@@ -60,12 +60,26 @@ def test_run_returns_exit_code_and_acquisition(embedded: BrokerThread, package: 
     )
 
 
-def test_pods_lists_the_callers_pod(embedded: BrokerThread) -> None:
-    with Client(embedded.url, embedded.token) as client:
-        pods = client.pods()
+def test_pods_lists_the_callers_pod(embedded: BrokerThread, package: Path) -> None:
+    # A caller of its own: the default caller may hold a pod from another test, and a new
+    # session would recycle that pod (one job, then it retires) instead of holding it.
+    token = embedded.issue("lister")
+    with Client(embedded.url, token) as client, client.session() as session:
+        job = client.run("cpu", ["python", "main.py", "0"], package=package, wait_timeout=60)
+        pod = job.pods[0].name
+        wait_until_free(client, pod)
+        mine = {p.name: p for p in client.pods()}
         pools = client.pools()
-    assert pods and {p.pool for p in pods} <= {p.name for p in pools}
-    assert all(p.created_at > 0 and p.role in ("active", "standby") for p in pods)
+    with Client(embedded.url, embedded.issue("stranger")) as other:
+        theirs = {p.name: p for p in other.pods()}
+    assert {p.pool for p in mine.values()} <= {p.name for p in pools}
+    assert all(p.created_at > 0 and p.role in ("active", "standby") for p in mine.values())
+    # The caller sees its own held pod with its owner and session ...
+    assert (mine[pod].owner, mine[pod].state) == ("lister", "held")
+    assert mine[pod].lease_tag == session.lease_tag and mine[pod].hold_until is not None
+    # ... another caller sees the same pod, but not whose it is.
+    assert theirs[pod].state == "held"
+    assert (theirs[pod].owner, theirs[pod].lease_tag, theirs[pod].hold_until) == (None,) * 3
 
 
 def test_async_agents_follow_their_own_logs(embedded: BrokerThread, package: Path) -> None:

@@ -151,11 +151,14 @@ def test_sessions_stamp_submissions(client: Client) -> None:
 
 def test_sessions_are_per_thread(client: Client) -> None:
     tags: dict[str, str] = {}
+    inside = threading.Barrier(3, timeout=30)  # all three sessions are open at once ...
+    submitted = threading.Barrier(3, timeout=30)  # ... and stay open until all submitted
 
     def agent(name: str) -> None:
         with client.session(lease_tag=name):
-            time.sleep(0.05)
+            inside.wait()
             tags[name] = client.submit("cpu", ["x"]).lease_tag
+            submitted.wait()
 
     threads = [threading.Thread(target=agent, args=(f"agent-{i}",)) for i in range(3)]
     for thread in threads:

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from firepool.model import PodState
 from firepool.protocol import ExitEvent
 from firepool.testing.service import BrokerThread, run, submit, wait_job
 
@@ -28,6 +29,20 @@ def pod_of(job: dict) -> tuple[str, str, str]:  # type: ignore[type-arg]
 
 def tracked(broker: BrokerThread, name: str) -> bool:
     return broker.call(lambda: broker.embedded.broker.tracker.get(name) is not None)
+
+
+def settled(broker: BrokerThread, name: str, timeout: float = 10.0) -> str | None:
+    """The pod's state once its job and reset are over (None if it is gone by then)."""
+
+    def state() -> str | None:
+        pod = broker.embedded.broker.tracker.get(name)
+        return None if pod is None else pod.state.value
+
+    deadline = time.monotonic() + timeout
+    while (now := broker.call(state)) in ("assigned", "running"):
+        assert time.monotonic() < deadline, f"{name} still {now}"
+        time.sleep(0.05)
+    return now
 
 
 def gone(broker: BrokerThread, name: str, timeout: float = 10.0) -> bool:
@@ -115,8 +130,10 @@ def test_tag_as_hint_keeps_the_pod(broker: BrokerThread) -> None:
         assert pod_of(run(c, pool="hint", command=py("pass"), lease_tag="s2")) == (
             pod, "warm", "tag_hint",
         )  # fmt: skip
-        time.sleep(0.3)
-        assert tracked(broker, pod)
+        # Kept for its owner (held), not retiring as it would be across a tag boundary.
+        assert settled(broker, pod) == "held"
+        view = {p["name"]: p for p in c.get("/v1/pods").json()["pods"]}[pod]
+        assert (view["owner"], view["lease_tag"], view["state"]) == ("alice", "s2", "held")
 
 
 # ---------------------------------------------------------------------- failures
@@ -198,8 +215,18 @@ def test_cancel_queued_and_running(broker: BrokerThread) -> None:
         assert (job["state"], job["error_class"]) == ("CANCELLED", "Cancelled")
         # "small" holds one pod: a second job behind a long one stays queued.
         blocker = submit(c, pool="small", command=py("import time; time.sleep(30)"))
+        deadline = time.monotonic() + 20
+        while c.get(f"/v1/jobs/{blocker}").json()["state"] != "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         queued = submit(c, pool="small", command=["true"])
-        time.sleep(0.5)
+        # A dispatch pass has now seen the job: it stays queued because the pool's only pod
+        # (its ceiling) is the blocker's.
+        core = broker.embedded.broker
+        broker.run(core.dispatch_once())
+        (only,) = broker.call(lambda: [(p.job, p.state) for p in core.tracker.pool_pods("small")])
+        assert only[0] == blocker and only[1] in (PodState.ASSIGNED, PodState.RUNNING)
+        assert broker.call(lambda: queued in core.queued and queued not in core.running)
         assert c.get(f"/v1/jobs/{queued}").json()["state"] == "QUEUED"
         assert c.post(f"/v1/jobs/{queued}/cancel").status_code == 200
         job = wait_job(c, queued)

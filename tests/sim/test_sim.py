@@ -15,6 +15,7 @@ from firepool.control import tracker as tracker_module
 from firepool.model import PoolSpec
 from firepool.scheduling import make_policy
 from firepool.sim.broker import JobRequest, SimBroker
+from firepool.sim.experiments.fragmentation import fragmentation_cell
 from firepool.sim.experiments.runs import loop_cell, standby_cell
 from firepool.sim.loop import EventLoop
 from firepool.sim.memstore import MemStore
@@ -106,7 +107,17 @@ def test_training_is_deterministic_and_finishes() -> None:
 
 def test_bootstrap_ci_brackets_the_statistic() -> None:
     s, lo, hi = bootstrap_ci([1.0, 2.0, 3.0, 4.0, 5.0])
-    assert lo <= s <= hi
+    assert s == 3.0 and lo < s < hi  # a spread sample has an interval of non-zero width
+    assert lo >= 1.0 and hi <= 5.0  # resampled medians stay inside the data
+    mean, mlo, mhi = bootstrap_ci([1.0, 2.0, 3.0, 4.0, 10.0], stat="mean")
+    assert mean == 4.0 and mlo < mean < mhi
+    assert bootstrap_ci([2.0, 2.0, 2.0]) == (2.0, 2.0, 2.0)  # no spread, no width
+    rng = random.Random(5)
+    big = [rng.gauss(10.0, 1.0) for _ in range(400)]
+    _, blo, bhi = bootstrap_ci(big)
+    assert blo < 10.0 < bhi and 0.0 < bhi - blo < 0.5  # brackets the true median, tightly
+    small = bootstrap_ci(big[:25])
+    assert small[2] - small[1] > bhi - blo  # fewer repeats, wider interval
 
 
 SMOKE = [
@@ -117,27 +128,77 @@ SMOKE = [
 ]
 
 
+def _orderings(name: str, data: dict) -> None:  # type: ignore[type-arg]
+    """The broker paper's orderings, which hold at this tiny scale too."""
+    if name == "loops":  # Table 5: Reuse On beats a fresh pod and Reuse Off on every loop
+        for col in data["columns"]:
+            on, other = col["makespan"]
+            assert on < other and col["speedup"] > 1.5, col["label"]
+            assert col["start_p50"][0] < col["start_p50"][1], col["label"]
+            assert col["paths"][0].get("warm", 0) > col["paths"][1].get("warm", 0), col["label"]
+    elif name == "standby":  # Table 6: standbys serve handovers and shorten the wait
+        on, off = data["on"], data["off"]
+        assert on["by_standby"] > 0 and off["by_standby"] == 0
+        assert on["handover_wait_p50"] < off["handover_wait_p50"]
+        assert on["makespan_p50"] < off["makespan_p50"] and data["ratio"] > 1.0
+    elif name == "fragmentation":  # E = 1 is the same broker whatever the mode
+        one = [p for p in data["points"] if p["envs"] == 1]
+        for panel in ("rl", "agent"):
+            assert len({p["held_ratio"] for p in one if p["panel"] == panel}) == 1
+
+
 @pytest.mark.parametrize("args", SMOKE, ids=[a[0] for a in SMOKE])
 def test_broker_commands_smoke(tmp_path: Path, args: list[str]) -> None:
     result = CliRunner().invoke(sim_app, [*args, "--out", str(tmp_path), "--workers", "1"])
     assert result.exit_code == 0, result.output
     name = args[0]
-    assert json.loads((tmp_path / f"{name}.json").read_text())
+    data = json.loads((tmp_path / f"{name}.json").read_text())
     assert (tmp_path / f"{name}.md").read_text().startswith("|")
     assert (tmp_path / f"{name}.png").stat().st_size > 1000
+    _orderings(name, data)
+
+
+@pytest.mark.parametrize("panel", ["rl", "agent"])
+def test_per_environment_pools_hold_more_as_environments_grow(panel: str) -> None:
+    """Figure 5: one pool per environment holds more pod-time than one late-bound pool, and
+    more at E = 64 than at E = 8 (seed 0, half an hour: deterministic)."""
+    shared = fragmentation_cell(panel, "shared", 64, seed=0, horizon=1800.0)
+    per_env = {
+        e: fragmentation_cell(panel, "per-env", e, seed=0, horizon=1800.0) for e in (1, 8, 64)
+    }
+    assert per_env[1]["held"] == shared["held"]  # one environment: the same broker
+    assert per_env[64]["held"] > per_env[8]["held"] and per_env[64]["held"] > shared["held"]
+    assert per_env[64]["jobs"] == shared["jobs"]  # the same sessions, only the pools differ
 
 
 def test_lengths_and_oak_experiments_smoke(tmp_path: Path) -> None:
     from firepool.sim.experiments.frontier import run_lengths
     from firepool.sim.experiments.oak import run_oak_ablation, run_oak_sweep, run_oak_table
 
-    run_lengths(tmp_path, 1, 1, progress=False, lengths=(1.0, 100.0), thinks=(0.0,))
-    run_oak_table(tmp_path, 1, 1, progress=False, workloads=("small",), lams=(0.0, 0.1))
-    run_oak_ablation(tmp_path, 1, 1, progress=False, workloads=("small",), lams=(0.1,))
-    run_oak_sweep(tmp_path, 1, 1, progress=False, workloads=("small",), lams=(0.1,),
-                  policies=("oak", "drf"))
+    lengths = run_lengths(tmp_path, 1, 1, progress=False, lengths=(1.0, 100.0), thinks=(0.0,))
+    table = run_oak_table(tmp_path, 1, 1, progress=False, workloads=("small",), lams=(0.0, 0.1))
+    ablation = run_oak_ablation(
+        tmp_path, 1, 1, progress=False, workloads=("small",), lams=(0.1,)
+    )
+    sweep = run_oak_sweep(tmp_path, 1, 1, progress=False, workloads=("small",), lams=(0.1,),
+                          policies=("oak", "drf"))
     for name in ("lengths", "oak-table", "oak-ablation", "oak-sweep"):
         assert (tmp_path / f"{name}.png").exists() and (tmp_path / f"{name}.json").exists()
+    # Figure 7: reuse pays most for short bodies; at 100 s bodies the gain is under 1.1x.
+    for workload in ("rl", "agent4"):
+        gain = {p["body"]: p["speedup"] for p in lengths["points"] if p["workload"] == workload}
+        assert gain[1.0] > 2.0 > 1.1 > gain[100.0] > 0.9, (workload, gain)
+    # Every run finishes every job, and one policy on one seed gives one result whichever
+    # experiment runs it (the table's OAK and Sia columns are the ablation's cells d and a).
+    rows = {r["lam"]: r for r in table["rows"]}
+    assert all(r["oak_unfinished"] == r["sia_unfinished"] == 0 for r in rows.values())
+    cells = {r["cell"]: r for r in ablation["rows"]}
+    assert cells["d"]["mean"] == rows[0.1]["oak_mean"]
+    assert cells["a"]["mean"] == rows[0.1]["sia_mean"]
+    policies = {r["policy"]: r for r in sweep["rows"]}
+    assert policies["oak"]["mean"] == rows[0.1]["oak_mean"]
+    assert policies["oak"]["restarts"] == rows[0.1]["oak_restarts"]
+    assert rows[0.1]["oak_restarts"] > rows[0.0]["oak_restarts"]  # failures add restarts
 
 
 def test_relative_load_workload_is_read_at_run_time(tmp_path: Path) -> None:

@@ -221,3 +221,20 @@ def test_calibrate_measures_the_local_backend(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     venue = load_venue(str(out))
     assert venue.name == "local-measured" and venue.create.median > 0.0
+
+
+def test_training_and_agent_loops_share_one_pool_through_the_core(tmp_path: Path) -> None:
+    """Issue 15's mixed scenario at small scale: the rounds size the trainers to the whole
+    pool, so the agents' short jobs wait behind training for pods, and training, which the
+    agents' pods delay, ends later than alone. Every trainer and every agent job finishes."""
+    from firepool.sim.experiments.shared_pool import run_shared_pool
+
+    data = run_shared_pool(tmp_path, seeds=2, workers=1, progress=False)
+    arms = data["arms"]
+    assert all(a["train_unfinished"] == 0 for a in arms.values())
+    assert arms["both"]["agent_makespan_p50"] > arms["agents"]["agent_makespan_p50"]
+    assert arms["both"]["agent_start_p90"] > arms["agents"]["agent_start_p90"]
+    assert arms["both"]["train_jct_mean"] >= arms["training"]["train_jct_mean"]
+    jobs = {r["arm"]: r["agent_jobs"] for r in data["runs"] if r["seed"] == 0}
+    assert jobs["both"] == jobs["agents"] > 0 and jobs["training"] == 0
+    assert (tmp_path / "shared-pool.json").exists()

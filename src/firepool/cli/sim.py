@@ -38,6 +38,16 @@ def standby(
     _done(run_standby(out, repeats, workers))
 
 
+@sim_app.command("shared-pool")
+def shared_pool(
+    out: str = _OUT, seeds: int = typer.Option(5, "--seeds"), workers: int | None = _WORKERS
+) -> None:
+    """Elastic training and agent loops on one CPU pool, through the one broker core."""
+    from firepool.sim.experiments.shared_pool import run_shared_pool
+
+    _done(run_shared_pool(out, seeds, workers))
+
+
 @sim_app.command()
 def frontier(
     out: str = _OUT,

@@ -155,6 +155,22 @@ class ElasticJobs:
         )
         return keep
 
+    def goodput(self, ticket: Ticket, world: int, fraction: float) -> float:
+        """The fitted model's goodput of the job at `world` pods (1.0 = one pod): what a
+        simulator takes as the job's true speed, and the prior the rounds start from."""
+        elastic = ticket.spec.elastic
+        if elastic is None:
+            return 0.0
+        for cfg in self.configurations(ticket):
+            if cfg.replicas == world:
+                return estimate_goodputs(
+                    app_model(elastic.app),
+                    (cfg,),
+                    self.devices,
+                    progress=min(max(fraction, 0.0), 1.0),
+                )[0]
+        return 0.0
+
     # ------------------------------------------------------------------ events
 
     def submit(self, ticket: Ticket, now: float) -> bool:

@@ -38,6 +38,7 @@ from firepool.control.elastic_jobs import ElasticRules
 from firepool.control.records import Lease, Ticket
 from firepool.control.tracker import Tracker
 from firepool.model import AcquisitionPath, ElasticSpec, JobKind, JobSpec, JobState, PoolSpec
+from firepool.scheduling.utility import p_restart_for
 from firepool.sim.backend import VirtualBackend
 from firepool.sim.loop import EventLoop
 from firepool.sim.memstore import MemStore
@@ -46,6 +47,23 @@ from firepool.store.records import JobRecord, PodBinding
 
 _STANDBY = AcquisitionPath.STANDBY
 ROUND_TICK_S = 1.0
+#: An elastic job checkpoints this often; a kill loses the work since the last checkpoint.
+CHECKPOINT_S = 60.0
+
+
+@dataclass(slots=True)
+class ElasticWork:
+    """An elastic job's training in the simulator: `total` seconds of work at one pod's
+    goodput, advanced at the fitted model's goodput of each attempt's world size after the
+    attempt has restored (the application's restart penalty)."""
+
+    total: float
+    done: float = 0.0
+    since: float = -1.0  # when the live attempt started training (after its restore)
+    rate: float = 0.0  # work per second of the live attempt
+    epoch: int = 0  # bumped when an attempt ends: its pending events go stale
+    attempts: int = 0
+    finished: float = -1.0
 
 
 @dataclass(slots=True)
@@ -134,6 +152,7 @@ class SimBroker:
         self.records: dict[str, JobRecord] = {}
         self.leases: dict[str, Lease] = {}
         self.exit_codes: dict[str, tuple[int, ...]] = {}
+        self.elastic_work: dict[str, ElasticWork] = {}
         self._specs_cache: dict[tuple[object, ...], JobSpec] = {}
         self._dispatch_pending = False
         self._reconcile_pending: set[str] = set()
@@ -224,8 +243,11 @@ class SimBroker:
         self.stats[job] = JobStats(job, req.caller, req.pool, now, req.duration, on_done=on_done)
         if req.exit_codes:
             self.exit_codes[job] = req.exit_codes
-        self._in_flight_units += req.pods * self._unit_of[req.pool]
-        self.peak_units = max(self.peak_units, self._in_flight_units)
+        if req.elastic is not None:
+            self.elastic_work[job] = ElasticWork(req.duration)
+        if req.elastic is None:  # training holds what the rounds give it, not a fixed size
+            self._in_flight_units += req.pods * self._unit_of[req.pool]
+            self.peak_units = max(self.peak_units, self._in_flight_units)
         self.loop.after(self.venue.accept.sample(self.rng), self._accepted, job)
         return job
 
@@ -287,10 +309,47 @@ class SimBroker:
         st = self.stats[job]
         if st.finished >= 0.0 or job not in self.leases:
             return  # stopped before its first instruction
+        work = self.elastic_work.get(job)
+        if work is not None:
+            if st.first < 0.0:
+                st.first = self.loop.now
+            work.attempts += 1
+            spec = self.records[job].spec.elastic
+            assert spec is not None
+            restore = p_restart_for(spec.app, spec.p_restart_s)
+            self.loop.after(restore, self._restored, (job, work.epoch))
+            return
         st.first = self.loop.now
         codes, attempt = self.exit_codes.get(job, ()), self.records[job].retries
         code = codes[attempt] if attempt < len(codes) else 0
         self.loop.after(st.duration, self._exited, (job, AttemptEnd(exit_code=code)))
+
+    def _restored(self, arg: tuple[str, int]) -> None:
+        """An elastic attempt finished restoring: it reports progress (which ends its restore
+        in the rounds' lifecycle) and trains at its world size's goodput until it is done."""
+        job, epoch = arg
+        work = self.elastic_work[job]
+        if epoch != work.epoch or job not in self.leases:
+            return
+        record = self.records[job]
+        ticket = Ticket(job, record.caller, record.spec, 0.0, record.retries)
+        fraction = work.done / work.total if work.total > 0 else 1.0
+        elastic = self.core.elastic
+        assert elastic is not None
+        work.rate = elastic.goodput(ticket, len(self.leases[job].pods), fraction)
+        work.since = self.loop.now
+        elastic.progress(job, record.attempt, self.loop.now, samples_per_s=None,
+                         fraction=fraction)
+        if work.rate > 0.0:
+            left = max(work.total - work.done, 0.0) / work.rate
+            self.loop.after(left, self._trained, (job, epoch))
+
+    def _trained(self, arg: tuple[str, int]) -> None:
+        job, epoch = arg
+        work = self.elastic_work[job]
+        if epoch == work.epoch and job in self.leases:
+            work.done = work.total
+            self._exited((job, AttemptEnd(exit_code=0)))
 
     def _exited(self, arg: tuple[str, AttemptEnd]) -> None:
         job, end = arg
@@ -298,6 +357,12 @@ class SimBroker:
         if st.finished >= 0.0 or job not in self.leases:
             return  # already ended (a stop raced the natural exit)
         st.finished = self.loop.now
+        work = self.elastic_work.get(job)
+        if work is not None:
+            work.epoch += 1  # the attempt is over: its pending events are stale
+            work.since = -1.0
+            self.loop.after(self.venue.reset.sample(self.rng), self._reset_done, (job, end))
+            return
         self._in_flight_units -= len(st.paths) * self._unit_of[st.pool]
         self.loop.after(self.venue.reset.sample(self.rng), self._reset_done, (job, end))
         if st.on_done is not None:
@@ -326,10 +391,14 @@ class SimBroker:
         self.records[job] = record
         ticket = Ticket(job, record.caller, record.spec, action.ticket.submitted_at,
                         record.retries)
+        work = self.elastic_work.get(job)
         if record.state is JobState.QUEUED:
             st = self.stats[job]
             st.finished = -1.0
-            st.first = -1.0
+            if work is None:
+                st.first = -1.0
+        elif work is not None:
+            work.finished = now
         self._act(self.core.verdict_recorded(ticket, record.state, now))
 
     def _stop(self, action: StopAttempt) -> None:
@@ -344,6 +413,13 @@ class SimBroker:
             end = AttemptEnd(exit_code=-9, signal=9)
         else:
             end = AttemptEnd(cancelled=True)
+        work = self.elastic_work.get(job)
+        if work is not None and work.since >= 0.0:
+            trained = self.loop.now - work.since
+            if action.mode is StopMode.KILL:  # only what the last checkpoint saved
+                trained = (trained // CHECKPOINT_S) * CHECKPOINT_S
+            if action.mode is not StopMode.CANCEL:
+                work.done = min(work.total, work.done + trained * work.rate)
         self._exited((job, end))
 
     def _failure_due(self, action: InjectFailure) -> None:

@@ -209,6 +209,7 @@ class AttemptRunner:
         cancel_task = asyncio.ensure_future(running.cancel.wait())
         stop_task = asyncio.ensure_future(running.stop.wait())
         stopping = False
+        first_failure: str | None = None  # the rank that failed on its own, before any stop
         try:
             while pending:
                 waiting: list[asyncio.Future[Any]] = [*pending.values(), cancel_task]
@@ -239,18 +240,25 @@ class AttemptRunner:
                         # and end the attempt; the reset fails there, so the pod is deleted.
                         await self._stop_all(running)
                         return AttemptEnd(pod_lost=True, message=f"pod {lost} stopped answering")
-                if pending and any(_failed(e) for e in events.values()):
+                if first_failure is None and not stopping and not running.cancel.is_set():
+                    first_failure = next((p for p, e in events.items() if _failed(e)), None)
+                if pending and first_failure is not None:
                     await self._stop_all(running)
         finally:
             cancel_task.cancel()
             stop_task.cancel()
-        rank0 = events[lease.pods[0].name]
+        # The attempt's exit is rank 0's, unless another rank failed first and the rest were
+        # stopped because of it: then that rank's exit says why the attempt failed.
+        cause = first_failure or lease.pods[0].name
+        exited = events[cause]
+        rank = next(i for i, p in enumerate(lease.pods) if p.name == cause)
         return AttemptEnd(
-            exit_code=rank0.exit_code,
-            signal=rank0.signal,
+            exit_code=exited.exit_code,
+            signal=exited.signal,
             oom=any(e.oom for e in events.values()),
             timed_out=any(e.stop_reason is StopReason.TIMEOUT for e in events.values()),
             cancelled=running.cancel.is_set(),
+            message=f"rank {rank} failed first; the other ranks were stopped" if rank else None,
         )
 
     async def _poll_exits(

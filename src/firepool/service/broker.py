@@ -144,6 +144,8 @@ class Broker:
         self._reconcile_pools: dict[str, None] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._closing = False
+        #: Told after every terminal state this broker commits (the API's long polls).
+        self._finished_listeners: list[Callable[[JobRecord], None]] = []
         # The last dispatch passes' durations (bounded: the broker runs for months).
         self.dispatch_ms: collections.deque[float] = collections.deque(maxlen=1024)
 
@@ -264,6 +266,17 @@ class Broker:
             self._forget(job.id)
         self.act(self.core.cancel(job.id, self.clock(), terminal=job.state.terminal))
 
+    def subscribe_finished(self, listener: Callable[[JobRecord], None]) -> None:
+        self._finished_listeners.append(listener)
+
+    def job_finished(self, job: JobRecord) -> None:
+        """After a terminal state is durable: callers long-polling the job answer at once."""
+        for listener in self._finished_listeners:
+            try:
+                listener(job)
+            except Exception:
+                log.exception("job_finished listener failed for %s", job.id)
+
     def _forget(self, job_id: str) -> None:
         self._records.pop(job_id, None)
 
@@ -371,6 +384,8 @@ class Broker:
         final = await self.runner.record(running_job, action.verdict)
         if final.state is JobState.QUEUED:
             self._remember(final)
+        elif final.state.terminal:
+            self.job_finished(final)
         self.act(self.core.verdict_recorded(ticket_of(final), final.state, self.clock()))
 
     async def _fail_queued(self, action: FailQueued) -> None:
@@ -378,7 +393,7 @@ class Broker:
         self._forget(action.job)
         if job is None or job.state is not JobState.QUEUED:
             return
-        await asyncio.to_thread(
+        failed = await asyncio.to_thread(
             self.store.finish,
             job,
             JobState.FAILED,
@@ -386,6 +401,7 @@ class Broker:
             error_class=action.error,
             message=action.message,
         )
+        self.job_finished(failed)
 
     # ------------------------------------------------------------------ pods
 
@@ -474,4 +490,3 @@ def _placeholder(ticket: Ticket) -> JobRecord:
 
 def _pod_name(pool: str) -> str:
     return f"{pool}-{secrets.token_hex(4)}"
-

@@ -281,3 +281,20 @@ def test_concurrent_retries_of_one_request_id_make_one_job(sql_store: SqlJobStor
     assert len(answers) == 12 and len({job_id for job_id, _ in answers}) == 1
     assert sum(created for _, created in answers) == 1
     assert count(store, jobs) == 1
+
+
+def test_get_returns_only_the_current_attempts_bindings_in_rank_order(store: JobStore) -> None:
+    job = store.submit("alice", spec(pods=2, max_retries=1), now=1.0).job
+    two = [
+        PodBinding(1, "b", AcquisitionPath.WARM, "same_session"),
+        PodBinding(0, "a", AcquisitionPath.NEW, "no_warm_capacity"),
+    ]
+    first = store.start(job, two, now=2.0)
+    queued = store.requeue(first, now=3.0)
+    queued_read = store.get(job.id)
+    assert queued_read is not None and queued_read.pods == ()
+    store.start(queued, [PodBinding(0, "c", AcquisitionPath.WARM, "x"), two[0]], now=4.0)
+    stored = store.get(job.id)
+    assert stored is not None
+    assert [(p.rank, p.pod) for p in stored.pods] == [(0, "c"), (1, "b")]
+    assert store.get("f" * 16) is None

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from firepool.model import (
+    AcquisitionPath,
     ConflictError,
     ErrorCode,
     FirepoolError,
@@ -67,6 +68,25 @@ _BY_REQUEST = sa.select(jobs).where(
 )
 
 
+#: `get` in one statement: the job's row with each of its bindings (every attempt's; the
+#: current attempt's are kept), so a read is one round trip and one consistent snapshot
+#: without an explicit transaction around it.
+_GET = (
+    sa.select(
+        jobs,
+        pod_bindings.c.attempt_id.label("b_attempt_id"),
+        pod_bindings.c.rank.label("b_rank"),
+        pod_bindings.c.pod.label("b_pod"),
+        pod_bindings.c.pool.label("b_pool"),
+        pod_bindings.c.acquisition.label("b_acquisition"),
+        pod_bindings.c.reason.label("b_reason"),
+    )
+    .select_from(jobs.outerjoin(pod_bindings, pod_bindings.c.job_id == jobs.c.id))
+    .where(jobs.c.id == sa.bindparam("id"))
+    .order_by(pod_bindings.c.attempt_id, pod_bindings.c.rank)
+)
+
+
 @dataclass(frozen=True, slots=True)
 class _Start:
     job: JobRecord
@@ -104,6 +124,13 @@ class SqlJobStore(AccountsMixin):
     # ------------------------------------------------------------------ plumbing
     def _read(self, fn: Any) -> Any:
         with self.engine.connect() as conn:
+            return fn(conn)
+
+    def _read_one_statement(self, fn: Any) -> Any:
+        """A read of a single statement needs no transaction of its own: SQLite runs it in
+        its own implicit snapshot, so the explicit BEGIN (and the ROLLBACK on return to the
+        pool) would be two more round trips through the driver for nothing."""
+        with self.engine.connect().execution_options(firepool_autocommit_read=True) as conn:
             return fn(conn)
 
     def close(self) -> None:
@@ -218,10 +245,29 @@ class SqlJobStore(AccountsMixin):
 
     def get(self, job_id: str) -> JobRecord | None:
         def read(conn: sa.Connection) -> JobRecord | None:
-            row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
-            return None if row is None else self._jobs_from_rows(conn, [row])[0]
+            rows = conn.execute(_GET, {"id": job_id}).all()
+            if not rows:
+                return None
+            first = rows[0]
+            current = attempt_id(first.id, first.retries)
+            pods = (
+                ()
+                if first.state == JobState.QUEUED
+                else [
+                    PodBinding(
+                        rank=r.b_rank,
+                        pod=r.b_pod,
+                        acquisition=AcquisitionPath(r.b_acquisition),
+                        reason=r.b_reason,
+                        pool=r.b_pool,
+                    )
+                    for r in rows
+                    if r.b_attempt_id == current
+                ]
+            )
+            return job_from_row(first, pods)
 
-        found: JobRecord | None = self._read(read)
+        found: JobRecord | None = self._read_one_statement(read)
         return found
 
     def list_jobs(

@@ -17,6 +17,7 @@ from firepool.model import (
     JobState,
     LostRaceError,
     NotFoundError,
+    RequestValidationError,
 )
 from firepool.store import JobStore, PodBinding, SqlJobStore, open_store
 from firepool.store.schema import attempts, jobs, pod_bindings
@@ -298,3 +299,34 @@ def test_get_returns_only_the_current_attempts_bindings_in_rank_order(store: Job
     assert stored is not None
     assert [(p.rank, p.pod) for p in stored.pods] == [(0, "c"), (1, "b")]
     assert store.get("f" * 16) is None
+
+
+def test_record_timings_stamps_several_names_in_one_write(store: JobStore) -> None:
+    job = store.submit("alice", spec(), now=1.0).job
+    running = store.start(job, [WARM], now=2.0)
+    store.record_timings(running, {"started": 2.5, "first_instruction": 2.6})
+    stored = store.get(job.id)
+    assert stored is not None
+    assert (stored.timings["started"], stored.timings["first_instruction"]) == (2.5, 2.6)
+    assert stored.version == running.version  # an annotation, not a transition
+
+
+def test_record_timings_names_the_field_of_an_unknown_stamp(sql_store: SqlJobStore) -> None:
+    running = sql_store.start(sql_store.submit("alice", spec(), now=1.0).job, [WARM], now=2.0)
+    with pytest.raises(RequestValidationError) as err:
+        sql_store.record_timings(running, {"started": 2.5, "finished": 3.0})
+    assert err.value.field == "name" and "finished" in err.value.message
+    stored = sql_store.get(running.id)
+    assert stored is not None and stored.timings["started"] is None  # nothing written
+
+
+def test_record_timings_of_an_earlier_attempt_do_not_land(sql_store: SqlJobStore) -> None:
+    job = sql_store.submit("alice", spec(max_retries=1), now=1.0).job
+    first = sql_store.start(job, [WARM], now=2.0)
+    second = sql_store.start(sql_store.requeue(first, now=3.0), [WARM], now=4.0)
+    sql_store.record_timings(first, {"started": 2.5, "first_instruction": 2.5})
+    stored = sql_store.get(job.id)
+    assert stored is not None and stored.timings["started"] is None
+    sql_store.record_timings(second, {"started": 4.5})
+    stored = sql_store.get(job.id)
+    assert stored is not None and stored.timings["started"] == 4.5

@@ -153,11 +153,8 @@ class AttemptRunner:
         """Off the critical path: the attempt already runs. The process start is the first
         instant user code can run; a job that reports its own first instruction refines it."""
 
-        def write() -> None:
-            self.store.record_timing(job, "started", at)
-            self.store.record_timing(job, "first_instruction", at)
-
-        await asyncio.to_thread(write)
+        stamps = {"started": at, "first_instruction": at}
+        await asyncio.to_thread(self.store.record_timings, job, stamps)
 
     async def _launch_one(
         self, job: JobRecord, lease: Lease, rank: int, port: int, extra_env: dict[str, str]

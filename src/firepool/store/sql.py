@@ -14,7 +14,7 @@ import asyncio
 import functools
 import hashlib
 import secrets
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -60,6 +60,17 @@ def _cas_statement(columns: tuple[str, ...]) -> sa.Update:
         sa.update(jobs)
         .where(jobs.c.id == sa.bindparam("w_id"), jobs.c.version == sa.bindparam("w_version"))
         .values({name: sa.bindparam(f"v_{name}") for name in ("version", *columns)})
+    )
+
+
+@functools.cache
+def _timings_statement(names: tuple[str, ...]) -> sa.Update:
+    """The stamps' UPDATE for one set of timing names (not version-checked: timings annotate
+    the attempt, the retry count keeps a stamp off a later attempt)."""
+    return (
+        sa.update(jobs)
+        .where(jobs.c.id == sa.bindparam("w_id"), jobs.c.retries == sa.bindparam("w_retries"))
+        .values({_STAMPABLE[name].name: sa.bindparam(f"v_{name}") for name in names})
     )
 
 
@@ -507,21 +518,37 @@ class SqlJobStore(AccountsMixin):
         raise LostRaceError(f"job {job_id} kept changing; cancel not recorded", field="id")
 
     def record_timing(self, job: JobRecord, name: str, at: float) -> None:
-        column = _STAMPABLE.get(name)
-        if column is None:
+        self.record_timings(job, {name: at})
+
+    def record_timings(self, job: JobRecord, stamps: Mapping[str, float]) -> None:
+        self._committer.run(self._timings_write(job, stamps))
+
+    def _timings_write(self, job: JobRecord, stamps: Mapping[str, float]) -> BulkWrite:
+        """One write for all of an attempt's stamps, merged with the other attempts' stamps
+        of the same batch into one executemany per set of names."""
+        unknown = sorted(set(stamps) - set(_STAMPABLE))
+        if unknown:
             raise RequestValidationError(
-                f"timing {name!r} cannot be stamped; use one of {sorted(_STAMPABLE)}", field="name"
+                f"timing {unknown[0]!r} cannot be stamped; use one of {sorted(_STAMPABLE)}",
+                field="name",
             )
+        payload = (job.id, job.retries, tuple(sorted(stamps.items())))
+        return BulkWrite("timings", payload, self._timings_many)
 
-        def write(tx: Tx) -> None:
-            conn = tx.conn
-            conn.execute(
-                sa.update(jobs)
-                .where(jobs.c.id == job.id, jobs.c.retries == job.retries)
-                .values({column.name: at})
-            )
-
-        self._committer.run(write)
+    @staticmethod
+    def _timings_many(
+        tx: Tx, payloads: list[tuple[str, int, tuple[tuple[str, float], ...]]]
+    ) -> list[None]:
+        by_names: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for job_id, retries, stamps in payloads:
+            names = tuple(name for name, _ in stamps)
+            params: dict[str, Any] = {"w_id": job_id, "w_retries": retries}
+            params.update({f"v_{name}": at for name, at in stamps})
+            by_names.setdefault(names, []).append(params)
+        for names, rows in by_names.items():
+            if names:
+                tx.conn.execute(_timings_statement(names), rows)
+        return [None] * len(payloads)
 
     def attempts(self, job_id: str) -> list[AttemptRecord]:
         def read(conn: sa.Connection) -> list[AttemptRecord]:

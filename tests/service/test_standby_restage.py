@@ -59,9 +59,13 @@ def test_the_scaler_restages_a_standby_after_the_founding_pod_is_deleted(tmp_pat
         assert group == founder
         gone: set[str] = set()
         for turn in range(2):  # the second handover happens long after the founder is gone
-            (active,) = [n for n, r, _s, _g in pods(broker) if r is PodRole.ACTIVE]
+            # The previous turn's promoted pod retires after its job (no hold): whether it is
+            # still listed here depends on how fast its verdict and deletion landed, so take
+            # whatever active pod there is (at most one) rather than assume one.
+            actives = [n for n, r, _s, _g in pods(broker) if r is PodRole.ACTIVE]
+            assert len(actives) <= 1
             handover(broker, tmp_path / f"go-{turn}")
-            gone.add(active)
+            gone.update(actives)
 
             def restaged() -> bool:
                 current = pods(broker)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import replace
 
@@ -19,7 +20,7 @@ from firepool.model import (
     NotFoundError,
     RequestValidationError,
 )
-from firepool.store import JobStore, PodBinding, SqlJobStore, open_store
+from firepool.store import JobRecord, JobStore, PodBinding, SqlJobStore, open_store
 from firepool.store.schema import attempts, jobs, pod_bindings
 from firepool.store.scratch import Scratch
 
@@ -330,3 +331,36 @@ def test_record_timings_of_an_earlier_attempt_do_not_land(sql_store: SqlJobStore
     sql_store.record_timings(second, {"started": 4.5})
     stored = sql_store.get(job.id)
     assert stored is not None and stored.timings["started"] == 4.5
+
+
+def test_async_writes_match_the_blocking_ones(sql_store: SqlJobStore) -> None:
+    """`start_async`, `record_timings_async` and `finish_async` (the service's event-loop
+    path) commit exactly what `start`, `record_timings` and `finish` do; many at once share
+    the group commit."""
+
+    async def lifecycle(job: JobRecord) -> JobRecord:
+        running = await sql_store.start_async(job, [WARM], now=2.0)
+        await sql_store.record_timings_async(running, {"started": 2.5, "first_instruction": 2.6})
+        return await sql_store.finish_async(running, JobState.SUCCEEDED, now=3.0, exit_code=0)
+
+    async def main(jobs: list[JobRecord]) -> list[JobRecord]:
+        return list(await asyncio.gather(*(lifecycle(j) for j in jobs)))
+
+    submitted = [sql_store.submit("alice", spec(), now=1.0).job for _ in range(8)]
+    finished = asyncio.run(main(submitted))
+    for done in finished:
+        stored = sql_store.get(done.id)
+        assert stored is not None
+        assert stored.state == JobState.SUCCEEDED and stored.version == done.version == 3
+        assert stored.timings == {
+            "submitted": 1.0,
+            "assigned": 2.0,
+            "started": 2.5,
+            "first_instruction": 2.6,
+            "finished": 3.0,
+        }
+        assert [(a.state, a.exit_code) for a in sql_store.attempts(done.id)] == [
+            (JobState.SUCCEEDED, 0)
+        ]
+    with pytest.raises(LostRaceError):
+        asyncio.run(sql_store.start_async(submitted[0], [WARM], now=9.0))

@@ -107,3 +107,25 @@ class AsyncSubmit(Protocol):
 
     async def submit_async(self, caller: str, spec: JobSpec, *, now: float) -> Submitted: ...
 
+
+@runtime_checkable
+class AsyncWrites(Protocol):
+    """Optional capability: the attempt path's writes awaited on an event loop without a
+    worker thread each (the service uses them when present); same rules as the sync ones."""
+
+    async def start_async(
+        self, job: JobRecord, bindings: Sequence[PodBinding], *, now: float
+    ) -> JobRecord: ...
+
+    async def finish_async(
+        self,
+        job: JobRecord,
+        state: JobState,
+        *,
+        now: float,
+        exit_code: int | None = None,
+        error_class: ErrorCode | None = None,
+        message: str | None = None,
+    ) -> JobRecord: ...
+
+    async def record_timings_async(self, job: JobRecord, stamps: Mapping[str, float]) -> None: ...

@@ -137,6 +137,10 @@ class Broker:
         self.running: dict[str, Running] = {}
         # Stored records of queued jobs: the commit is conditional on the row's version.
         self._records: dict[str, JobRecord] = {}
+        # The committed record of each attempt that just ended, for its verdict's conditional
+        # write (saves a store read per job; a cancel that bumped the version in between
+        # makes the write lose its race, and `AttemptRunner.record` then re-reads).
+        self._ended: dict[str, JobRecord] = {}
         self._resync = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
@@ -204,7 +208,7 @@ class Broker:
             elif isinstance(action, CreatePod):
                 self.pods.spawn(self._create(action))
             elif isinstance(action, RecordVerdict):
-                self.pods.spawn(self._record(action))
+                self.pods.spawn(self._record(action, self._ended.get(action.ticket.job)))
             elif isinstance(action, StopAttempt):
                 self._stop(action)
             elif isinstance(action, FailQueued):
@@ -366,7 +370,11 @@ class Broker:
         job_id = running.ticket.job
         self.running.pop(job_id, None)
         running.ticket = ticket_of(running.job)
-        self.act(self.core.attempt_over(job_id, end, unclean, self.clock()))
+        self._ended[job_id] = running.job
+        try:
+            self.act(self.core.attempt_over(job_id, end, unclean, self.clock()))
+        finally:
+            self._ended.pop(job_id, None)
 
     async def _mark_pods(self, running: Running) -> None:
         """Step 4, best effort and off the critical path: ownership annotations."""
@@ -376,9 +384,13 @@ class Broker:
                 p.name, pod_annotations.running(ticket, self.core.retire_after(p.name))
             )
 
-    async def _record(self, action: RecordVerdict) -> None:
+    async def _record(self, action: RecordVerdict, ended: JobRecord | None = None) -> None:
+        """Write the core's verdict. `ended` is the attempt's committed record when the
+        verdict follows its end in this process; otherwise the store is read."""
         ticket = action.ticket
-        running_job = await asyncio.to_thread(self.store.get, ticket.job)
+        running_job = ended
+        if running_job is None or running_job.retries != ticket.retries:
+            running_job = await asyncio.to_thread(self.store.get, ticket.job)
         if running_job is None:
             return
         final = await self.runner.record(running_job, action.verdict)

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 import httpx
 import sqlalchemy as sa
 
-from firepool.api.hooks import NoHooks
+from firepool.api.context import ApiContext
+from firepool.api.hooks import FinishedListener, NoHooks
 from firepool.model import PoolSpec
 from firepool.packages import DiskPackageStore
 from firepool.store import JobRecord, SqlJobStore
@@ -26,12 +27,23 @@ class RecordingHooks(NoHooks):
 
     submitted: list[str] = field(default_factory=list)
     cancels: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    listeners: list[FinishedListener] = field(default_factory=list)
 
     def job_submitted(self, job: JobRecord) -> None:
         self.submitted.append(job.id)
 
     def cancel_requested(self, job: JobRecord) -> None:
         self.cancels.append(job.id)
+
+    def job_finished(self, job: JobRecord) -> None:
+        """What the service does after committing a verdict: tell the API's listeners."""
+        self.finished.append(job.id)
+        for listener in self.listeners:
+            listener(job)
+
+    def subscribe_finished(self, listener: FinishedListener) -> None:
+        self.listeners.append(listener)
 
 
 @dataclass
@@ -44,6 +56,8 @@ class Api:
     alice: httpx.Client
     bob: httpx.Client
     anonymous: httpx.Client
+    #: The app's context (its long-poll waiters, for tests that must see a request parked).
+    context: ApiContext
 
     def job_count(self) -> int:
         with self.store.engine.connect() as conn:

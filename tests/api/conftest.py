@@ -46,9 +46,8 @@ def api(tmp_path: Path, server: tuple[ServedApp, Switch, httpx.HTTPTransport]) -
     packages = DiskPackageStore(tmp_path / "packages", max_bytes=256 * 1024)
     logs = FileLogStorage(tmp_path / "logs")
     hooks = RecordingHooks()
-    switch.app = create_app(
-        store, packages, POOLS, hooks=hooks, logs=logs, json_body_bytes=64 * 1024
-    )
+    app = create_app(store, packages, POOLS, hooks=hooks, logs=logs, json_body_bytes=64 * 1024)
+    switch.app = app
     tokens = {name: issue_token(store, name) for name in ("alice", "bob")}
 
     def client(token: str | None) -> httpx.Client:
@@ -57,7 +56,7 @@ def api(tmp_path: Path, server: tuple[ServedApp, Switch, httpx.HTTPTransport]) -
 
     clients = [client(tokens["alice"]), client(tokens["bob"]), client(None)]
     try:
-        yield Api(served.url, store, packages, logs, hooks, *clients)
+        yield Api(served.url, store, packages, logs, hooks, *clients, context=app.state.firepool)
     finally:
         switch.app = None
         store.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import httpx
 import pytest
 
 from firepool.client import AsyncClient, WaitTimeoutError
@@ -70,3 +71,29 @@ def test_follow_and_wait(broker: LiveBroker) -> None:
             return text, (await client.wait(job.id, timeout=10)).state
 
     assert asyncio.run(main()) == ("one\ntwo\n", JobState.SUCCEEDED)
+
+
+def test_wait_is_one_long_poll(broker: LiveBroker) -> None:
+    async def main() -> tuple[JobState, list[str]]:
+        async with AsyncClient(broker.url, broker.tokens["alice"]) as client:
+            job = await client.submit("cpu", ["x"])
+            gets: list[str] = []
+
+            async def seen(request: httpx.Request) -> None:
+                if request.method == "GET":
+                    gets.append(str(request.url))
+
+            client._http.event_hooks["request"].append(seen)
+
+            def finish() -> None:
+                time.sleep(0.3)
+                broker.finish(job.id)
+
+            worker = asyncio.create_task(asyncio.to_thread(finish))
+            done = await client.wait(job.id, timeout=50)
+            await worker
+            return done.state, gets
+
+    state, gets = asyncio.run(main())
+    assert state == JobState.SUCCEEDED
+    assert len(gets) == 1 and "wait_s=30" in gets[0]

@@ -166,3 +166,30 @@ def test_sessions_are_per_thread(client: Client) -> None:
     for thread in threads:
         thread.join()
     assert tags == {f"agent-{i}": f"agent-{i}" for i in range(3)}
+
+
+def test_wait_is_one_long_poll(client: Client, broker: LiveBroker) -> None:
+    """`wait` asks the broker to hold the request (`wait_s`) and the finish releases it: one
+    request for the whole wait instead of a poll every backoff step."""
+    job = client.submit("cpu", ["python", "main.py"])
+    gets: list[str] = []
+    client._http.event_hooks["request"].append(
+        lambda request: gets.append(str(request.url)) if request.method == "GET" else None
+    )
+    worker = later(0.3, lambda: broker.finish(job.id, exit_code=0))
+    done = client.wait(job.id, timeout=50)
+    worker.join()
+    assert done.state == JobState.SUCCEEDED
+    assert len(gets) == 1 and "wait_s=30" in gets[0]
+
+
+def test_wait_timeout_still_raises_with_long_polls(client: Client) -> None:
+    from firepool.client import WaitTimeoutError
+
+    job = client.submit("cpu", ["python", "main.py"])
+    try:
+        client.wait(job.id, timeout=0.3)
+    except WaitTimeoutError as err:
+        assert job.id in str(err)
+    else:
+        raise AssertionError("wait returned a job that never ran")

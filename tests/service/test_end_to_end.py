@@ -341,3 +341,16 @@ def test_a_pod_whose_agent_dies_is_lost_and_replaced(broker: BrokerThread) -> No
         assert gone(broker, pod)  # never reused: deleted with whatever it left behind
         again = run(c, command=py("pass"), lease_tag="s")
         assert again["state"] == "SUCCEEDED" and pod_of(again)[0] != pod
+
+
+def test_a_long_poll_is_released_by_the_verdict(broker: BrokerThread) -> None:
+    """`GET /v1/jobs/{id}?wait_s=60` on a real job answers when the broker commits the
+    verdict (`job_finished` after `_record`), not when the 60 s run out."""
+    with broker.client() as c:
+        job_id = submit(c, command=py("import time; time.sleep(0.3)"), lease_tag="lp")
+        sent = time.monotonic()
+        answer = c.get(f"/v1/jobs/{job_id}", params={"wait_s": 60}, timeout=120)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["state"] == "SUCCEEDED"
+        assert time.monotonic() - sent < 60  # released, not timed out
+        assert answer.json() == c.get(f"/v1/jobs/{job_id}").json()

@@ -103,3 +103,23 @@ def test_writes_after_close_are_refused(committer: Committer) -> None:
     committer.close()
     with pytest.raises(RuntimeError, match="closed"):
         committer.run(insert(1))
+
+
+def test_a_cancelled_waiter_does_not_kill_the_writer(committer: Committer) -> None:
+    """An event loop awaiting a write through `asyncio.wrap_future` cancels its future when
+    its task is cancelled; the write still commits and the writer thread lives on."""
+    entered, release = threading.Event(), threading.Event()
+
+    def blocking(tx: Tx) -> None:
+        entered.set()
+        release.wait(timeout=30)
+
+    first = committer.enqueue(blocking)
+    assert entered.wait(timeout=30)  # the writer is busy with `first`
+    abandoned = committer.enqueue(insert(1))
+    assert abandoned.cancel()
+    release.set()
+    first.result(timeout=30)
+    assert committer.run(insert(2)) == 2  # the writer is still alive
+    assert count(committer) == 2  # the abandoned write committed all the same
+    committer.close()

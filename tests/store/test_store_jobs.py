@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import replace
 
@@ -17,8 +18,9 @@ from firepool.model import (
     JobState,
     LostRaceError,
     NotFoundError,
+    RequestValidationError,
 )
-from firepool.store import JobStore, PodBinding, SqlJobStore, open_store
+from firepool.store import JobRecord, JobStore, PodBinding, SqlJobStore, open_store
 from firepool.store.schema import attempts, jobs, pod_bindings
 from firepool.store.scratch import Scratch
 
@@ -281,3 +283,84 @@ def test_concurrent_retries_of_one_request_id_make_one_job(sql_store: SqlJobStor
     assert len(answers) == 12 and len({job_id for job_id, _ in answers}) == 1
     assert sum(created for _, created in answers) == 1
     assert count(store, jobs) == 1
+
+
+def test_get_returns_only_the_current_attempts_bindings_in_rank_order(store: JobStore) -> None:
+    job = store.submit("alice", spec(pods=2, max_retries=1), now=1.0).job
+    two = [
+        PodBinding(1, "b", AcquisitionPath.WARM, "same_session"),
+        PodBinding(0, "a", AcquisitionPath.NEW, "no_warm_capacity"),
+    ]
+    first = store.start(job, two, now=2.0)
+    queued = store.requeue(first, now=3.0)
+    queued_read = store.get(job.id)
+    assert queued_read is not None and queued_read.pods == ()
+    store.start(queued, [PodBinding(0, "c", AcquisitionPath.WARM, "x"), two[0]], now=4.0)
+    stored = store.get(job.id)
+    assert stored is not None
+    assert [(p.rank, p.pod) for p in stored.pods] == [(0, "c"), (1, "b")]
+    assert store.get("f" * 16) is None
+
+
+def test_record_timings_stamps_several_names_in_one_write(store: JobStore) -> None:
+    job = store.submit("alice", spec(), now=1.0).job
+    running = store.start(job, [WARM], now=2.0)
+    store.record_timings(running, {"started": 2.5, "first_instruction": 2.6})
+    stored = store.get(job.id)
+    assert stored is not None
+    assert (stored.timings["started"], stored.timings["first_instruction"]) == (2.5, 2.6)
+    assert stored.version == running.version  # an annotation, not a transition
+
+
+def test_record_timings_names_the_field_of_an_unknown_stamp(sql_store: SqlJobStore) -> None:
+    running = sql_store.start(sql_store.submit("alice", spec(), now=1.0).job, [WARM], now=2.0)
+    with pytest.raises(RequestValidationError) as err:
+        sql_store.record_timings(running, {"started": 2.5, "finished": 3.0})
+    assert err.value.field == "name" and "finished" in err.value.message
+    stored = sql_store.get(running.id)
+    assert stored is not None and stored.timings["started"] is None  # nothing written
+
+
+def test_record_timings_of_an_earlier_attempt_do_not_land(sql_store: SqlJobStore) -> None:
+    job = sql_store.submit("alice", spec(max_retries=1), now=1.0).job
+    first = sql_store.start(job, [WARM], now=2.0)
+    second = sql_store.start(sql_store.requeue(first, now=3.0), [WARM], now=4.0)
+    sql_store.record_timings(first, {"started": 2.5, "first_instruction": 2.5})
+    stored = sql_store.get(job.id)
+    assert stored is not None and stored.timings["started"] is None
+    sql_store.record_timings(second, {"started": 4.5})
+    stored = sql_store.get(job.id)
+    assert stored is not None and stored.timings["started"] == 4.5
+
+
+def test_async_writes_match_the_blocking_ones(sql_store: SqlJobStore) -> None:
+    """`start_async`, `record_timings_async` and `finish_async` (the service's event-loop
+    path) commit exactly what `start`, `record_timings` and `finish` do; many at once share
+    the group commit."""
+
+    async def lifecycle(job: JobRecord) -> JobRecord:
+        running = await sql_store.start_async(job, [WARM], now=2.0)
+        await sql_store.record_timings_async(running, {"started": 2.5, "first_instruction": 2.6})
+        return await sql_store.finish_async(running, JobState.SUCCEEDED, now=3.0, exit_code=0)
+
+    async def main(jobs: list[JobRecord]) -> list[JobRecord]:
+        return list(await asyncio.gather(*(lifecycle(j) for j in jobs)))
+
+    submitted = [sql_store.submit("alice", spec(), now=1.0).job for _ in range(8)]
+    finished = asyncio.run(main(submitted))
+    for done in finished:
+        stored = sql_store.get(done.id)
+        assert stored is not None
+        assert stored.state == JobState.SUCCEEDED and stored.version == done.version == 3
+        assert stored.timings == {
+            "submitted": 1.0,
+            "assigned": 2.0,
+            "started": 2.5,
+            "first_instruction": 2.6,
+            "finished": 3.0,
+        }
+        assert [(a.state, a.exit_code) for a in sql_store.attempts(done.id)] == [
+            (JobState.SUCCEEDED, 0)
+        ]
+    with pytest.raises(LostRaceError):
+        asyncio.run(sql_store.start_async(submitted[0], [WARM], now=9.0))

@@ -395,6 +395,12 @@ class Agent:
             raise NotFoundError(f"attempt {attempt_id} is not known here", field="attempt")
         return cur
 
+    def wait_exit(self, attempt_id: str, timeout: float) -> bool:
+        """Block up to `timeout` s for the attempt's exit; True once it exited. Lets a log
+        follower wake at the exit instead of on its next poll (the broker's log drain, and
+        with it the pod's release, waited up to one poll interval per job)."""
+        return self._attempt(attempt_id).exited.wait(timeout)
+
     def status(self, attempt_id: str) -> AttemptStatus:
         cur = self._attempt(attempt_id)
         with self._lock:

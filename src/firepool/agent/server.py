@@ -12,7 +12,6 @@ import json
 import logging
 import re
 import socket
-import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -239,7 +238,7 @@ class Handler(BaseHTTPRequestHandler):
                     if fh is not None and (rest := fh.read()):
                         self.wfile.write(f"{len(rest):x}\r\n".encode() + rest + b"\r\n")
                     break
-                time.sleep(0.05)
+                agent.wait_exit(attempt, 0.05)  # new output is polled; the exit wakes us
                 if fh is None and path.exists():
                     fh = open(path, "rb")  # noqa: SIM115
                     fh.seek(offset)

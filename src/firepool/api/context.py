@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Protocol
 
 from fastapi import Depends, Request
@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from firepool.api.auth import TokenAuthenticator
 from firepool.api.hooks import BrokerHooks
 from firepool.api.metrics import ApiMetrics
+from firepool.api.waiters import JobWaiters
 from firepool.model import PoolSpec
 from firepool.packages import PackageStore
 from firepool.store import AsyncSubmit, JobStore, Submitted
@@ -37,10 +38,13 @@ class ApiContext:
     #: The store's event-loop submit, when it has one (looked up once: a runtime Protocol
     #: check per request costs more than the rest of the route's own work).
     submit_async: Callable[..., Awaitable[Submitted]] | None = None
+    #: Requests parked by `GET /v1/jobs/{id}?wait_s=N`, released by `hooks.job_finished`.
+    waiters: JobWaiters = field(default_factory=JobWaiters)
 
     def __post_init__(self) -> None:
         if self.submit_async is None and isinstance(self.store, AsyncSubmit):
             self.submit_async = self.store.submit_async
+        self.hooks.subscribe_finished(self.waiters.job_finished)
 
     def pool(self, name: str) -> PoolSpec | None:
         for spec in self.pools():

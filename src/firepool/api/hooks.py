@@ -7,22 +7,35 @@ its fallback tick); after a running job is marked `cancel_requested` it calls
 calls it too when a queued job was cancelled outright, so the broker forgets it at once.
 The routes that need the broker's live state ask through the same object: agents' exit
 events, which pod a pod secret belongs to, the pod list, and elastic progress reports.
+
+The other way: whoever commits a job's terminal state calls `job_finished` right after the
+commit (the service after a verdict or a queued job's failure, the API after cancelling a
+queued job), and the hooks hand the record to every listener `create_app` subscribed with
+`subscribe_finished`: the API's long-poll waiters (`GET /v1/jobs/{id}?wait_s=N`), which then
+answer at once instead of the caller polling.
 Hooks run on the event loop or a request thread and must only signal or read, never block.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from firepool.model import NotFoundError, PodInfo
 from firepool.protocol import ExitEvent
 from firepool.store import JobRecord
 
+FinishedListener = Callable[[JobRecord], None]
+
 
 class BrokerHooks(Protocol):
     def job_submitted(self, job: JobRecord) -> None: ...
 
     def cancel_requested(self, job: JobRecord) -> None: ...
+
+    def job_finished(self, job: JobRecord) -> None: ...
+
+    def subscribe_finished(self, listener: FinishedListener) -> None: ...
 
     def exit_event(self, event: ExitEvent) -> bool:
         """An agent's exit event; False when no live attempt matches it."""
@@ -49,13 +62,24 @@ class BrokerHooks(Protocol):
 
 
 class NoHooks:
-    """The default when no broker is attached (an API-only process, tests)."""
+    """The default when no broker is attached (an API-only process, tests): terminal states
+    committed by the API itself (a cancelled queued job) still reach its listeners."""
+
+    def __init__(self) -> None:
+        self._finished: list[FinishedListener] = []
 
     def job_submitted(self, job: JobRecord) -> None:
         return None
 
     def cancel_requested(self, job: JobRecord) -> None:
         return None
+
+    def job_finished(self, job: JobRecord) -> None:
+        for listener in self._finished:
+            listener(job)
+
+    def subscribe_finished(self, listener: FinishedListener) -> None:
+        self._finished.append(listener)
 
     def exit_event(self, event: ExitEvent) -> bool:
         return False

@@ -48,6 +48,8 @@ class AgentClient:
             headers={"Authorization": f"Bearer {secret}"},
             timeout=timeout,
             transport=transport,
+            # Plain http:// (local pods): no TLS, so no CA bundle to load for each client.
+            verify=not self.base_url.startswith("http://"),
         )
 
     async def __aenter__(self) -> AgentClient:

@@ -78,7 +78,7 @@ ROUTES: dict[str, Route] = {
         query=frozenset({"state", "pool", "queue", "limit", "after"}),
         result=JobListOut,
     ),
-    "get": Route("GET", "/v1/jobs/{job_id}", result=JobOut),
+    "get": Route("GET", "/v1/jobs/{job_id}", query=frozenset({"wait_s"}), result=JobOut),
     "cancel": Route("POST", "/v1/jobs/{job_id}/cancel", result=JobOut),
     "progress": Route("POST", "/v1/jobs/{job_id}/progress", body=ProgressIn, result=ProgressOut),
     "logs": Route(
@@ -104,6 +104,9 @@ class Call(Generic[ModelT]):
     json: dict[str, Any] | None = None
     content: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    #: Seconds the broker may hold the request on purpose (a long poll): added to the
+    #: client's timeout so that a held request is not mistaken for a dead broker.
+    hold_s: float = 0.0
 
     def parse(self, response: httpx.Response) -> ModelT:
         if response.is_error:
@@ -126,8 +129,13 @@ def submit(body: Mapping[str, Any] | JobSpec) -> Call[JobOut]:
     return Call(call.method, call.path, JobOut, json=payload)
 
 
-def get(job_id: str) -> Call[JobOut]:
-    return _call("get", JobOut, job_id=job_id)
+def get(job_id: str, *, wait_s: float | None = None) -> Call[JobOut]:
+    """The job; with `wait_s`, a long poll: the broker answers when the job is terminal or
+    after `wait_s` seconds. (A broker older than long polls ignores it and answers at once.)"""
+    call = _call("get", JobOut, job_id=job_id)
+    if not wait_s:
+        return call
+    return Call(call.method, call.path, JobOut, params=(("wait_s", f"{wait_s:g}"),), hold_s=wait_s)
 
 
 def cancel(job_id: str) -> Call[JobOut]:

@@ -74,3 +74,45 @@ class LogCursor:
             self.offset = 0
             return Step.READ
         return Step.STOP
+
+
+#: The longest one long poll asks the broker to hold it (the broker's bound is 60 s): short
+#: enough that proxies with a minute's idle timeout never cut it.
+LONG_POLL_S = 30.0
+
+
+@dataclass(slots=True)
+class Waiting:
+    """`wait()`'s decisions, shared by both clients: ask with `wait_s` (a long poll, one
+    request per job on a broker that has them) and, when the broker answers a non-terminal
+    job well before the time asked (a broker older than long polls ignores `wait_s`), fall
+    back to polling with `Backoff`'s pauses."""
+
+    job_id: str
+    timeout: float | None
+    started: float  # monotonic
+    backoff: Backoff = field(default_factory=Backoff)
+    _deadline: float | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self._deadline = None if self.timeout is None else self.started + self.timeout
+
+    def left(self, now: float) -> float | None:
+        return None if self._deadline is None else self._deadline - now
+
+    def request(self, now: float) -> calls.Call[JobOut]:
+        left = self.left(now)
+        wait_s = LONG_POLL_S if left is None else min(LONG_POLL_S, left)
+        return calls.get(self.job_id, wait_s=wait_s if wait_s >= 0.001 else None)
+
+    def pause(self, asked: float, elapsed: float, now: float) -> float | None:
+        """After a non-terminal answer to a request that asked `asked` seconds and took
+        `elapsed`: seconds to sleep before the next request (0: at once), or None when the
+        timeout is spent."""
+        left = self.left(now)
+        if left is not None and left <= 0:
+            return None
+        if asked > 0 and elapsed >= asked / 2:
+            return 0.0  # the broker held it: a long poll that ran out, ask again
+        pause = self.backoff.delay()
+        return pause if left is None else min(pause, left)

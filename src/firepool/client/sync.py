@@ -25,7 +25,7 @@ from firepool.client import calls
 from firepool.client.base import DEFAULT_TIMEOUT, ClientBase, is_digest
 from firepool.client.errors import WaitTimeoutError, unreachable
 from firepool.client.packaging import load_package
-from firepool.client.polling import Backoff, LogCursor, Step
+from firepool.client.polling import LogCursor, Step, Waiting
 from firepool.client.session import session_defaults
 from firepool.model import JobSpec, JobState, PoolSpec
 
@@ -57,6 +57,7 @@ class Client(ClientBase):
                 json=call.json,
                 content=call.content,
                 headers=call.headers or None,
+                timeout=self.timeout + call.hold_s if call.hold_s else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.TransportError as err:
             raise unreachable(self.url, err) from err
@@ -137,21 +138,22 @@ class Client(ClientBase):
         return self._send(calls.progress(job_id, report))
 
     def wait(self, job_id: str, timeout: float | None = None) -> JobOut:
-        """Poll until the job is terminal and return it; `WaitTimeoutError` after `timeout`
-        seconds (the job keeps running)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        backoff = Backoff()
+        """Wait until the job is terminal and return it; `WaitTimeoutError` after `timeout`
+        seconds (the job keeps running). Long polls (`wait_s`): about one request per job;
+        against a broker without them, polls with a growing pause."""
+        waiting = Waiting(job_id, timeout, time.monotonic())
         while True:
-            job = self.get(job_id)
+            call = waiting.request(time.monotonic())
+            sent = time.monotonic()
+            job = self._send(call)
             if job.state.terminal:
                 return job
-            pause = backoff.delay()
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise WaitTimeoutError(job_id, timeout or 0.0, job.state.value)
-                pause = min(pause, left)
-            time.sleep(pause)
+            now = time.monotonic()
+            pause = waiting.pause(call.hold_s, now - sent, now)
+            if pause is None:
+                raise WaitTimeoutError(job_id, timeout or 0.0, job.state.value)
+            if pause > 0:
+                time.sleep(pause)
 
     def run(
         self,

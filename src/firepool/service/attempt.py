@@ -35,7 +35,7 @@ from firepool.protocol import (
     StopReason,
 )
 from firepool.service.pods import PodManager
-from firepool.store import JobRecord, JobStore, PodBinding
+from firepool.store import AsyncWrites, JobRecord, JobStore, PodBinding
 
 log = logging.getLogger("firepool.service.attempt")
 
@@ -94,6 +94,9 @@ class AttemptRunner:
         self.log_drain_s = log_drain_s
         self.lost_after_polls = lost_after_polls
         self.resize_grace_s = resize_grace_s
+        #: The store's event-loop writes, when it has them (looked up once): the hot path's
+        #: commits are then awaited without parking a worker thread on each.
+        self._async: AsyncWrites | None = store if isinstance(store, AsyncWrites) else None
 
     async def commit(self, running: Running) -> JobRecord | None:
         """Step 3: QUEUED -> RUNNING with the lease's bindings, conditional on the row's
@@ -104,7 +107,10 @@ class AttemptRunner:
             for i, p in enumerate(lease.pods)
         ]
         try:
-            job = await asyncio.to_thread(self.store.start, job, bindings, now=self.clock())
+            if self._async is not None:
+                job = await self._async.start_async(job, bindings, now=self.clock())
+            else:
+                job = await asyncio.to_thread(self.store.start, job, bindings, now=self.clock())
         except LostRaceError:
             return None
         running.job = job
@@ -158,11 +164,11 @@ class AttemptRunner:
         """Off the critical path: the attempt already runs. The process start is the first
         instant user code can run; a job that reports its own first instruction refines it."""
 
-        def write() -> None:
-            self.store.record_timing(job, "started", at)
-            self.store.record_timing(job, "first_instruction", at)
-
-        await asyncio.to_thread(write)
+        stamps = {"started": at, "first_instruction": at}
+        if self._async is not None:
+            await self._async.record_timings_async(job, stamps)
+        else:
+            await asyncio.to_thread(self.store.record_timings, job, stamps)
 
     async def _launch_one(
         self, job: JobRecord, lease: Lease, rank: int, port: int, extra_env: dict[str, str]
@@ -318,6 +324,15 @@ class AttemptRunner:
         """Write the verdict; returns the job as the store holds it afterwards."""
         for _ in range(5):
             try:
+                if self._async is not None and not verdict.retry:
+                    return await self._async.finish_async(
+                        job,
+                        verdict.state,
+                        now=self.clock(),
+                        exit_code=verdict.exit_code,
+                        error_class=verdict.error_class,
+                        message=verdict.message,
+                    )
                 return await asyncio.to_thread(self._write_verdict, job, verdict)
             except LostRaceError:
                 # A cancel request bumps the row's version while the attempt runs: re-read,

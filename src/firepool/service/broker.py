@@ -138,6 +138,10 @@ class Broker:
         self.running: dict[str, Running] = {}
         # Stored records of queued jobs: the commit is conditional on the row's version.
         self._records: dict[str, JobRecord] = {}
+        # The committed record of each attempt that just ended, for its verdict's conditional
+        # write (saves a store read per job; a cancel that bumped the version in between
+        # makes the write lose its race, and `AttemptRunner.record` then re-reads).
+        self._ended: dict[str, JobRecord] = {}
         self._resync = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
@@ -145,6 +149,8 @@ class Broker:
         self._reconcile_pools: dict[str, None] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._closing = False
+        #: Told after every terminal state this broker commits (the API's long polls).
+        self._finished_listeners: list[Callable[[JobRecord], None]] = []
         # The last dispatch passes' durations (bounded: the broker runs for months).
         self.dispatch_ms: collections.deque[float] = collections.deque(maxlen=1024)
 
@@ -203,7 +209,7 @@ class Broker:
             elif isinstance(action, CreatePod):
                 self.pods.spawn(self._create(action))
             elif isinstance(action, RecordVerdict):
-                self.pods.spawn(self._record(action))
+                self.pods.spawn(self._record(action, self._ended.get(action.ticket.job)))
             elif isinstance(action, StopAttempt):
                 self._stop(action)
             elif isinstance(action, FailQueued):
@@ -264,6 +270,17 @@ class Broker:
         if job.state.terminal:
             self._forget(job.id)
         self.act(self.core.cancel(job.id, self.clock(), terminal=job.state.terminal))
+
+    def subscribe_finished(self, listener: Callable[[JobRecord], None]) -> None:
+        self._finished_listeners.append(listener)
+
+    def job_finished(self, job: JobRecord) -> None:
+        """After a terminal state is durable: callers long-polling the job answer at once."""
+        for listener in self._finished_listeners:
+            try:
+                listener(job)
+            except Exception:
+                log.exception("job_finished listener failed for %s", job.id)
 
     def _forget(self, job_id: str) -> None:
         self._records.pop(job_id, None)
@@ -420,7 +437,11 @@ class Broker:
         job_id = running.ticket.job
         self.running.pop(job_id, None)
         running.ticket = ticket_of(running.job)
-        self.act(self.core.attempt_over(job_id, end, unclean, self.clock()))
+        self._ended[job_id] = running.job
+        try:
+            self.act(self.core.attempt_over(job_id, end, unclean, self.clock()))
+        finally:
+            self._ended.pop(job_id, None)
 
     async def _mark_pods(self, running: Running) -> None:
         """Step 4, best effort and off the critical path: ownership annotations."""
@@ -430,14 +451,20 @@ class Broker:
                 p.name, pod_annotations.running(ticket, self.core.retire_after(p.name))
             )
 
-    async def _record(self, action: RecordVerdict) -> None:
+    async def _record(self, action: RecordVerdict, ended: JobRecord | None = None) -> None:
+        """Write the core's verdict. `ended` is the attempt's committed record when the
+        verdict follows its end in this process; otherwise the store is read."""
         ticket = action.ticket
-        running_job = await asyncio.to_thread(self.store.get, ticket.job)
+        running_job = ended
+        if running_job is None or running_job.retries != ticket.retries:
+            running_job = await asyncio.to_thread(self.store.get, ticket.job)
         if running_job is None:
             return
         final = await self.runner.record(running_job, action.verdict)
         if final.state is JobState.QUEUED:
             self._remember(final)
+        elif final.state.terminal:
+            self.job_finished(final)
         self.act(self.core.verdict_recorded(ticket_of(final), final.state, self.clock()))
 
     async def _fail_queued(self, action: FailQueued) -> None:
@@ -445,7 +472,7 @@ class Broker:
         self._forget(action.job)
         if job is None or job.state is not JobState.QUEUED:
             return
-        await asyncio.to_thread(
+        failed = await asyncio.to_thread(
             self.store.finish,
             job,
             JobState.FAILED,
@@ -453,6 +480,7 @@ class Broker:
             error_class=action.error,
             message=action.message,
         )
+        self.job_finished(failed)
 
     # ------------------------------------------------------------------ pods
 
@@ -541,4 +569,3 @@ def _placeholder(ticket: Ticket) -> JobRecord:
 
 def _pod_name(pool: str) -> str:
     return f"{pool}-{secrets.token_hex(4)}"
-

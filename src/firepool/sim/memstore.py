@@ -1,7 +1,7 @@
 """An in-memory `JobStore` for the simulator: the same compare-and-set contract, no disk.
 
 Implemented: submit (with request-id idempotency), get, list_jobs, start, finish, requeue,
-cancel, record_timing, attempts, add_package, get_package, add_token, caller_for_token,
+cancel, record_timing(s), attempts, add_package, get_package, add_token, caller_for_token,
 revoke_token, close. Every state change checks the caller's record version and raises
 `LostRaceError` on a mismatch, exactly as the SQL store does, so a driver bug that would lose a
 race in production loses it here too. Not thread-safe: the simulator is single-threaded.
@@ -10,7 +10,7 @@ race in production loses it here too. Not thread-safe: the simulator is single-t
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from firepool.model import (
@@ -253,9 +253,12 @@ class MemStore:
         return new
 
     def record_timing(self, job: JobRecord, name: str, at: float) -> None:
+        self.record_timings(job, {name: at})
+
+    def record_timings(self, job: JobRecord, stamps: Mapping[str, float]) -> None:
         row = self._jobs.get(job.id)
         if row is not None:
-            changed = timings(row.timings, **{name: at})
+            changed = timings(row.timings, **stamps)
             self._jobs[job.id] = _job(row, timings=changed)
 
     def attempts(self, job_id: str) -> list[AttemptRecord]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from firepool.store.engine import create_engine, default_url
 from firepool.store.migrate import upgrade
-from firepool.store.protocol import AsyncSubmit, JobStore
+from firepool.store.protocol import AsyncSubmit, AsyncWrites, JobStore
 from firepool.store.records import (
     TIMING_NAMES,
     AttemptRecord,
@@ -26,6 +26,7 @@ from firepool.store.sql import SqlJobStore
 __all__ = [
     "TIMING_NAMES",
     "AsyncSubmit",
+    "AsyncWrites",
     "AttemptRecord",
     "JobRecord",
     "JobStore",

@@ -140,7 +140,7 @@ class Committer:
             except queue.Empty:
                 return
             if item is not _STOP:
-                item[1].set_exception(RuntimeError("store is closed"))
+                _settle(item[1], False, RuntimeError("store is closed"))
 
     def _loop(self) -> None:
         last = 1
@@ -193,10 +193,7 @@ class Committer:
                     self._commit_alone(item)
             return
         for (ok, value), (_, future) in zip(results, batch, strict=True):
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
+            _settle(future, ok, value)
 
     @staticmethod
     def _run_batch(tx: Tx, writes: list[Write]) -> list[tuple[bool, Any]]:
@@ -231,6 +228,19 @@ class Committer:
                 value = write(tx)
                 tx.flush()
         except BaseException as err:
-            future.set_exception(err)
+            _settle(future, False, err)
         else:
-            future.set_result(value)
+            _settle(future, True, value)
+
+
+def _settle(future: Future[Any], ok: bool, value: Any) -> None:
+    """Hand a write's outcome to its caller. An event loop awaiting `enqueue` through
+    `asyncio.wrap_future` cancels the future when its task is cancelled (a broker shutting
+    down); the write still committed, nobody waits for it, and setting a result on a
+    cancelled future would raise and kill the writer thread with every later write."""
+    if not future.set_running_or_notify_cancel():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)

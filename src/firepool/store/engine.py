@@ -98,7 +98,10 @@ def _sqlite_engine(parsed: URL, pool_size: int, **kwargs: Any) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
-        mode = "IMMEDIATE" if conn.get_execution_options().get("firepool_write") else "DEFERRED"
+        options = conn.get_execution_options()
+        if options.get("firepool_autocommit_read"):
+            return  # one SELECT: SQLite's implicit per-statement snapshot is enough
+        mode = "IMMEDIATE" if options.get("firepool_write") else "DEFERRED"
         conn.exec_driver_sql(f"BEGIN {mode}")
 
     return engine

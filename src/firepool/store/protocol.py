@@ -8,7 +8,7 @@ synchronous and thread-safe; an asyncio driver calls them through a worker threa
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from firepool.model import ErrorCode, JobSpec, JobState
@@ -72,6 +72,11 @@ class JobStore(Protocol):
         annotate the attempt the caller holds, they do not decide anything)."""
         ...
 
+    def record_timings(self, job: JobRecord, stamps: Mapping[str, float]) -> None:
+        """`record_timing` for several names in one write (a driver stamps `started` and
+        `first_instruction` together: one commit, not two)."""
+        ...
+
     def attempts(self, job_id: str) -> list[AttemptRecord]: ...
 
     # ---------------------------------------------------------------- packages
@@ -101,3 +106,26 @@ class AsyncSubmit(Protocol):
     without a worker thread (the API's hot path uses it when present)."""
 
     async def submit_async(self, caller: str, spec: JobSpec, *, now: float) -> Submitted: ...
+
+
+@runtime_checkable
+class AsyncWrites(Protocol):
+    """Optional capability: the attempt path's writes awaited on an event loop without a
+    worker thread each (the service uses them when present); same rules as the sync ones."""
+
+    async def start_async(
+        self, job: JobRecord, bindings: Sequence[PodBinding], *, now: float
+    ) -> JobRecord: ...
+
+    async def finish_async(
+        self,
+        job: JobRecord,
+        state: JobState,
+        *,
+        now: float,
+        exit_code: int | None = None,
+        error_class: ErrorCode | None = None,
+        message: str | None = None,
+    ) -> JobRecord: ...
+
+    async def record_timings_async(self, job: JobRecord, stamps: Mapping[str, float]) -> None: ...

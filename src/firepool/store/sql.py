@@ -14,7 +14,7 @@ import asyncio
 import functools
 import hashlib
 import secrets
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from firepool.model import (
+    AcquisitionPath,
     ConflictError,
     ErrorCode,
     FirepoolError,
@@ -62,8 +63,49 @@ def _cas_statement(columns: tuple[str, ...]) -> sa.Update:
     )
 
 
+@functools.cache
+def _timings_statement(names: tuple[str, ...]) -> sa.Update:
+    """The stamps' UPDATE for one set of timing names (not version-checked: timings annotate
+    the attempt, the retry count keeps a stamp off a later attempt)."""
+    return (
+        sa.update(jobs)
+        .where(jobs.c.id == sa.bindparam("w_id"), jobs.c.retries == sa.bindparam("w_retries"))
+        .values({_STAMPABLE[name].name: sa.bindparam(f"v_{name}") for name in names})
+    )
+
+
+_FINISH_ATTEMPT = (
+    sa.update(attempts)
+    .where(attempts.c.id == sa.bindparam("w_id"))
+    .values(
+        state=sa.bindparam("state"),
+        finished_at=sa.bindparam("finished_at"),
+        exit_code=sa.bindparam("exit_code"),
+        error_class=sa.bindparam("error_class"),
+    )
+)
+
 _BY_REQUEST = sa.select(jobs).where(
     jobs.c.caller == sa.bindparam("caller"), jobs.c.request_id == sa.bindparam("request_id")
+)
+
+
+#: `get` in one statement: the job's row with each of its bindings (every attempt's; the
+#: current attempt's are kept), so a read is one round trip and one consistent snapshot
+#: without an explicit transaction around it.
+_GET = (
+    sa.select(
+        jobs,
+        pod_bindings.c.attempt_id.label("b_attempt_id"),
+        pod_bindings.c.rank.label("b_rank"),
+        pod_bindings.c.pod.label("b_pod"),
+        pod_bindings.c.pool.label("b_pool"),
+        pod_bindings.c.acquisition.label("b_acquisition"),
+        pod_bindings.c.reason.label("b_reason"),
+    )
+    .select_from(jobs.outerjoin(pod_bindings, pod_bindings.c.job_id == jobs.c.id))
+    .where(jobs.c.id == sa.bindparam("id"))
+    .order_by(pod_bindings.c.attempt_id, pod_bindings.c.rank)
 )
 
 
@@ -104,6 +146,13 @@ class SqlJobStore(AccountsMixin):
     # ------------------------------------------------------------------ plumbing
     def _read(self, fn: Any) -> Any:
         with self.engine.connect() as conn:
+            return fn(conn)
+
+    def _read_one_statement(self, fn: Any) -> Any:
+        """A read of a single statement needs no transaction of its own: SQLite runs it in
+        its own implicit snapshot, so the explicit BEGIN (and the ROLLBACK on return to the
+        pool) would be two more round trips through the driver for nothing."""
+        with self.engine.connect().execution_options(firepool_autocommit_read=True) as conn:
             return fn(conn)
 
     def close(self) -> None:
@@ -218,10 +267,29 @@ class SqlJobStore(AccountsMixin):
 
     def get(self, job_id: str) -> JobRecord | None:
         def read(conn: sa.Connection) -> JobRecord | None:
-            row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
-            return None if row is None else self._jobs_from_rows(conn, [row])[0]
+            rows = conn.execute(_GET, {"id": job_id}).all()
+            if not rows:
+                return None
+            first = rows[0]
+            current = attempt_id(first.id, first.retries)
+            pods = (
+                ()
+                if first.state == JobState.QUEUED
+                else [
+                    PodBinding(
+                        rank=r.b_rank,
+                        pod=r.b_pod,
+                        acquisition=AcquisitionPath(r.b_acquisition),
+                        reason=r.b_reason,
+                        pool=r.b_pool,
+                    )
+                    for r in rows
+                    if r.b_attempt_id == current
+                ]
+            )
+            return job_from_row(first, pods)
 
-        found: JobRecord | None = self._read(read)
+        found: JobRecord | None = self._read_one_statement(read)
         return found
 
     def list_jobs(
@@ -254,14 +322,30 @@ class SqlJobStore(AccountsMixin):
         return found
 
     def start(self, job: JobRecord, bindings: Sequence[PodBinding], *, now: float) -> JobRecord:
+        write, started = self._start_write(job, bindings, now)
+        self._committer.run(write)
+        return started
+
+    async def start_async(
+        self, job: JobRecord, bindings: Sequence[PodBinding], *, now: float
+    ) -> JobRecord:
+        """`start` for an event loop: awaits the group commit without parking a worker
+        thread on it (a thread hop per attempt costs more than the merged UPDATE)."""
+        write, started = self._start_write(job, bindings, now)
+        await asyncio.wrap_future(self._committer.enqueue(write))
+        return started
+
+    def _start_write(
+        self, job: JobRecord, bindings: Sequence[PodBinding], now: float
+    ) -> tuple[BulkWrite, JobRecord]:
         check_transition(job, JobState.RUNNING)
         pods = tuple(replace(b, pool=b.pool or job.spec.pool) for b in bindings)
-        item = _Start(job, pods, now)
-        self._committer.run(BulkWrite("start", item, self._start_many))
+        write = BulkWrite("start", _Start(job, pods, now), self._start_many)
         stamps = timings(job.timings, assigned=now, started=None, first_instruction=None)
-        return replace(
+        started = replace(
             job, state=JobState.RUNNING, version=job.version + 1, timings=stamps, pods=pods
         )
+        return write, started
 
     def _start_many(self, tx: Tx, items: list[_Start]) -> list[FirepoolError | None]:
         """Every start of a batch with three statements, however many jobs: lock and read the
@@ -353,6 +437,34 @@ class SqlJobStore(AccountsMixin):
         error_class: ErrorCode | None = None,
         message: str | None = None,
     ) -> JobRecord:
+        write, finished = self._finish_write(job, state, now, exit_code, error_class, message)
+        self._committer.run(write)
+        return finished
+
+    async def finish_async(
+        self,
+        job: JobRecord,
+        state: JobState,
+        *,
+        now: float,
+        exit_code: int | None = None,
+        error_class: ErrorCode | None = None,
+        message: str | None = None,
+    ) -> JobRecord:
+        """`finish` for an event loop: awaits the group commit without a worker thread."""
+        write, finished = self._finish_write(job, state, now, exit_code, error_class, message)
+        await asyncio.wrap_future(self._committer.enqueue(write))
+        return finished
+
+    def _finish_write(
+        self,
+        job: JobRecord,
+        state: JobState,
+        now: float,
+        exit_code: int | None,
+        error_class: ErrorCode | None,
+        message: str | None,
+    ) -> tuple[Callable[[Tx], None], JobRecord]:
         if not state.terminal:
             raise InvalidTransitionError(f"{state.value} is not a terminal state", field="state")
         check_transition(job, state)
@@ -372,15 +484,17 @@ class SqlJobStore(AccountsMixin):
             )
             if had_attempt:
                 conn.execute(
-                    sa.update(attempts)
-                    .where(attempts.c.id == job.attempt)
-                    .values(
-                        state=state.value, finished_at=now, exit_code=exit_code, error_class=error
-                    )
+                    _FINISH_ATTEMPT,
+                    {
+                        "w_id": job.attempt,
+                        "state": state.value,
+                        "finished_at": now,
+                        "exit_code": exit_code,
+                        "error_class": error,
+                    },
                 )
 
-        self._committer.run(write)
-        return replace(
+        finished = replace(
             job,
             state=state,
             version=job.version + 1,
@@ -389,6 +503,7 @@ class SqlJobStore(AccountsMixin):
             message=message,
             timings=timings(job.timings, finished=now),
         )
+        return write, finished
 
     def requeue(
         self, job: JobRecord, *, now: float, error_class: ErrorCode | None = None
@@ -461,21 +576,41 @@ class SqlJobStore(AccountsMixin):
         raise LostRaceError(f"job {job_id} kept changing; cancel not recorded", field="id")
 
     def record_timing(self, job: JobRecord, name: str, at: float) -> None:
-        column = _STAMPABLE.get(name)
-        if column is None:
+        self.record_timings(job, {name: at})
+
+    def record_timings(self, job: JobRecord, stamps: Mapping[str, float]) -> None:
+        self._committer.run(self._timings_write(job, stamps))
+
+    async def record_timings_async(self, job: JobRecord, stamps: Mapping[str, float]) -> None:
+        """`record_timings` for an event loop: no worker thread waits on the commit."""
+        await asyncio.wrap_future(self._committer.enqueue(self._timings_write(job, stamps)))
+
+    def _timings_write(self, job: JobRecord, stamps: Mapping[str, float]) -> BulkWrite:
+        """One write for all of an attempt's stamps, merged with the other attempts' stamps
+        of the same batch into one executemany per set of names."""
+        unknown = sorted(set(stamps) - set(_STAMPABLE))
+        if unknown:
             raise RequestValidationError(
-                f"timing {name!r} cannot be stamped; use one of {sorted(_STAMPABLE)}", field="name"
+                f"timing {unknown[0]!r} cannot be stamped; use one of {sorted(_STAMPABLE)}",
+                field="name",
             )
+        payload = (job.id, job.retries, tuple(sorted(stamps.items())))
+        return BulkWrite("timings", payload, self._timings_many)
 
-        def write(tx: Tx) -> None:
-            conn = tx.conn
-            conn.execute(
-                sa.update(jobs)
-                .where(jobs.c.id == job.id, jobs.c.retries == job.retries)
-                .values({column.name: at})
-            )
-
-        self._committer.run(write)
+    @staticmethod
+    def _timings_many(
+        tx: Tx, payloads: list[tuple[str, int, tuple[tuple[str, float], ...]]]
+    ) -> list[None]:
+        by_names: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for job_id, retries, stamps in payloads:
+            names = tuple(name for name, _ in stamps)
+            params: dict[str, Any] = {"w_id": job_id, "w_retries": retries}
+            params.update({f"v_{name}": at for name, at in stamps})
+            by_names.setdefault(names, []).append(params)
+        for names, rows in by_names.items():
+            if names:
+                tx.conn.execute(_timings_statement(names), rows)
+        return [None] * len(payloads)
 
     def attempts(self, job_id: str) -> list[AttemptRecord]:
         def read(conn: sa.Connection) -> list[AttemptRecord]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from firepool.api import create_app, issue_token
+from firepool.api.hooks import NoHooks
 from firepool.model import AcquisitionPath, ErrorCode, JobState, PoolSpec
 from firepool.packages import DiskPackageStore
 from firepool.store import JobRecord, PodBinding, SqlJobStore, open_store
@@ -48,6 +49,8 @@ class LiveBroker:
     packages: DiskPackageStore
     logs: FileLogStorage
     tokens: dict[str, str]
+    #: The API's hooks: `finish` tells them, as the dispatcher does, so long polls answer.
+    hooks: NoHooks
 
     def write_local_defaults(self, caller: str = "alice") -> None:
         """What `firepool serve --data-dir` leaves for local clients."""
@@ -81,7 +84,7 @@ class LiveBroker:
         job = self.job(job_id)
         if job.state == JobState.QUEUED:
             job = self.start(job_id)
-        return self.store.finish(
+        finished = self.store.finish(
             job,
             state,
             now=time.time(),
@@ -89,6 +92,8 @@ class LiveBroker:
             error_class=error_class,
             message=message,
         )
+        self.hooks.job_finished(finished)
+        return finished
 
 
 @contextmanager
@@ -104,10 +109,11 @@ def live_broker(
     store = open_store(data_dir=data_dir)
     packages = DiskPackageStore(data_dir / "packages")
     logs = FileLogStorage(data_dir / "logs")
-    switch.app = create_app(store, packages, list(pools), logs=logs)
+    hooks = NoHooks()
+    switch.app = create_app(store, packages, list(pools), hooks=hooks, logs=logs)
     tokens = {name: issue_token(store, name) for name in callers}
     try:
-        yield LiveBroker(url, data_dir, store, packages, logs, tokens)
+        yield LiveBroker(url, data_dir, store, packages, logs, tokens, hooks)
     finally:
         switch.app = None
         store.close()

@@ -12,6 +12,7 @@ from firepool.api.context import ApiContext, Authed, authenticate, bearer
 from firepool.api.routes.common import AUTHED, errors, json_response, refuse_unknown_query
 from firepool.api.schemas import JobListOut, JobOut, LogsOut, ProgressIn, ProgressOut
 from firepool.api.services import jobs as service
+from firepool.api.waiters import MAX_WAIT_S
 from firepool.model import (
     JobKind,
     JobSpec,
@@ -72,9 +73,29 @@ async def list_jobs(
     )
 
 
-@router.get("/{job_id}", response_model=JobOut, responses=errors(401, 404), openapi_extra=AUTHED)
-async def get_job(job_id: str, session: Authed) -> Response:
-    job = await run_in_threadpool(service.get_own, session.context, session.caller, job_id)
+@router.get(
+    "/{job_id}", response_model=JobOut, responses=errors(401, 404, 422), openapi_extra=AUTHED
+)
+async def get_job(
+    job_id: str,
+    session: Authed,
+    wait_s: Annotated[
+        float | None,
+        Query(
+            ge=0,
+            le=MAX_WAIT_S,
+            description="Long poll: hold the request until the job is terminal, at most this "
+            f"many seconds (0 to {MAX_WAIT_S:g}), then answer with the job as it stands. "
+            "One request instead of polling.",
+        ),
+    ] = None,
+) -> Response:
+    """The job. With `wait_s`, answered as soon as the job is terminal (or after `wait_s`
+    seconds with its current state)."""
+    if wait_s:
+        job = await service.get_own_waiting(session.context, session.caller, job_id, wait_s)
+    else:
+        job = await run_in_threadpool(service.get_own, session.context, session.caller, job_id)
     return json_response(JobOut.of(job))
 
 

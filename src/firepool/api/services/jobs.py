@@ -6,6 +6,8 @@ does not exist (NotFound), so job ids cannot be probed across callers.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Collection
 
 from starlette.concurrency import run_in_threadpool
@@ -75,11 +77,28 @@ def cancel(context: ApiContext, caller: str, job_id: str) -> JobRecord:
     before = get_own(context, caller, job_id)
     after = context.store.cancel(before.id, now=context.clock())
     running_stop = after.state == JobState.RUNNING and after.cancel_requested
-    if (running_stop and not before.cancel_requested) or (
-        after.state == JobState.CANCELLED and before.state != JobState.CANCELLED
-    ):
+    cancelled_now = after.state == JobState.CANCELLED and before.state != JobState.CANCELLED
+    if (running_stop and not before.cancel_requested) or cancelled_now:
         context.hooks.cancel_requested(after)
+    if cancelled_now:
+        context.hooks.job_finished(after)  # long polls on it answer now
     return after
+
+
+async def get_own_waiting(
+    context: ApiContext, caller: str, job_id: str, wait_s: float
+) -> JobRecord:
+    """The job once it is terminal, or as it stands after `wait_s` seconds. The waiter is
+    registered before the read, so a verdict committed in between is not missed. Either way
+    the answer is read from the store afterwards: timings stamped off the critical path
+    (`started`) may land after the verdict, and the answer must be the stored record."""
+    with context.waiters.watch(job_id) as finished:
+        job = await run_in_threadpool(get_own, context, caller, job_id)
+        if job.state.terminal or wait_s <= 0:
+            return job
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(finished, wait_s)
+    return await run_in_threadpool(get_own, context, caller, job_id)
 
 
 def read_logs(

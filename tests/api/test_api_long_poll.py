@@ -1,0 +1,138 @@
+"""`GET /v1/jobs/{id}?wait_s=N`: a request parked until the job is terminal.
+
+Each test parks a request on a thread, waits until the API holds it (its waiter is
+registered), then moves the job on the way the service or a caller would and checks what the
+parked request answered. No test depends on how fast anything is: the only bounds are
+"the parked request came back before its own `wait_s` ran out" liveness checks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+from api_harness import Api
+
+from firepool.model import AcquisitionPath, JobState
+from firepool.store import PodBinding
+
+JOB = {"pool": "cpu", "command": ["python", "main.py"]}
+HELD = 60  # seconds a parked request may be held: far beyond what any test needs
+
+
+class Parked:
+    """A long poll on a thread of its own."""
+
+    def __init__(self, client: httpx.Client, job_id: str, wait_s: float = HELD) -> None:
+        self.response: httpx.Response | None = None
+        self.sent = time.monotonic()
+        self._thread = threading.Thread(
+            target=self._run, args=(client, job_id, wait_s), daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, client: httpx.Client, job_id: str, wait_s: float) -> None:
+        self.response = client.get(
+            f"/v1/jobs/{job_id}", params={"wait_s": wait_s}, timeout=HELD + 30
+        )
+
+    def answer(self) -> dict[str, Any]:
+        self._thread.join(timeout=HELD + 30)
+        assert self.response is not None, "the parked request never answered"
+        assert self.response.status_code == 200, self.response.text
+        body: dict[str, Any] = self.response.json()
+        return body
+
+
+def parked_count_reaches(api: Api, count: int) -> None:
+    """Wait until `count` requests are parked (registration precedes their read)."""
+    deadline = time.monotonic() + 30
+    while len(api.context.waiters) < count:
+        assert time.monotonic() < deadline, "the request was never parked"
+        time.sleep(0.01)
+
+
+def start(api: Api, job_id: str) -> None:
+    job = api.store.get(job_id)
+    assert job is not None
+    api.store.start(job, [PodBinding(0, "cpu-1", AcquisitionPath.WARM, "no_own_pod")], now=5.0)
+
+
+def test_released_when_the_service_commits_the_verdict(api: Api) -> None:
+    job_id = api.alice.post("/v1/jobs", json=JOB).json()["id"]
+    start(api, job_id)
+    parked = [Parked(api.alice, job_id), Parked(api.alice, job_id)]
+    parked_count_reaches(api, 2)
+    running = api.store.get(job_id)
+    assert running is not None
+    final = api.store.finish(running, JobState.SUCCEEDED, now=9.0, exit_code=0)
+    api.hooks.job_finished(final)  # what service/broker.py does after the commit
+    for request in parked:
+        body = request.answer()
+        assert body["state"] == "SUCCEEDED" and body["exit_code"] == 0
+        assert body == api.alice.get(f"/v1/jobs/{job_id}").json()  # the stored record
+        assert time.monotonic() - request.sent < HELD  # released, not timed out
+    assert len(api.context.waiters) == 0
+
+
+def test_released_by_a_cancel(api: Api) -> None:
+    job_id = api.alice.post("/v1/jobs", json=JOB).json()["id"]
+    parked = Parked(api.alice, job_id)
+    parked_count_reaches(api, 1)
+    assert api.alice.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+    body = parked.answer()
+    assert body["state"] == "CANCELLED" and body["error_class"] == "Cancelled"
+    assert time.monotonic() - parked.sent < HELD
+    assert api.hooks.finished == [job_id]
+
+
+def test_a_running_cancel_does_not_release_until_the_job_ends(api: Api) -> None:
+    job_id = api.alice.post("/v1/jobs", json=JOB).json()["id"]
+    start(api, job_id)
+    parked = Parked(api.alice, job_id)
+    parked_count_reaches(api, 1)
+    assert api.alice.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
+    assert len(api.context.waiters) == 1  # still RUNNING: still parked
+    running = api.store.get(job_id)
+    assert running is not None
+    final = api.store.finish(running, JobState.CANCELLED, now=9.0)
+    api.hooks.job_finished(final)
+    assert parked.answer()["state"] == "CANCELLED"
+
+
+def test_timeout_answers_the_current_state(api: Api) -> None:
+    job_id = api.alice.post("/v1/jobs", json=JOB).json()["id"]
+    body = Parked(api.alice, job_id, wait_s=0.2).answer()
+    assert body["state"] == "QUEUED" and body["id"] == job_id
+    assert len(api.context.waiters) == 0
+
+
+def test_a_terminal_job_answers_at_once_and_a_stranger_gets_404(api: Api) -> None:
+    job_id = api.alice.post("/v1/jobs", json=JOB).json()["id"]
+    api.alice.post(f"/v1/jobs/{job_id}/cancel")
+    assert Parked(api.alice, job_id).answer()["state"] == "CANCELLED"
+    stranger = api.bob.get(f"/v1/jobs/{job_id}", params={"wait_s": 1})
+    assert stranger.status_code == 404 and stranger.json()["field"] == "id"
+    assert len(api.context.waiters) == 0
+
+
+@pytest.mark.parametrize("bad", ["-1", "61", "soon", "nan", "inf", ""])
+def test_bad_wait_s_is_a_typed_422_naming_the_field(api: Api, bad: str) -> None:
+    job_id = api.alice.post("/v1/jobs", json=JOB).json()["id"]
+    answer = api.alice.get(f"/v1/jobs/{job_id}", params={"wait_s": bad})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"] == "ValidationError"
+    assert answer.json()["field"] == "wait_s"
+
+
+def test_wait_s_is_published_with_its_bounds(api: Api) -> None:
+    document = api.anonymous.get("/openapi.json").json()
+    operation = document["paths"]["/v1/jobs/{job_id}"]["get"]
+    [param] = [p for p in operation["parameters"] if p["name"] == "wait_s"]
+    assert param["in"] == "query" and not param.get("required", False)
+    bounds = next(s for s in param["schema"]["anyOf"] if s.get("type") == "number")
+    assert (bounds["minimum"], bounds["maximum"]) == (0, 60)
+    assert "422" in operation["responses"]

@@ -222,8 +222,9 @@ def test_cancel_queued_and_running(broker: BrokerThread) -> None:
         queued = submit(c, pool="small", command=["true"])
         # A dispatch pass has now seen the job: it stays queued because the pool's only pod
         # (its ceiling) is the blocker's.
-        core = broker.embedded.broker
-        broker.run(core.dispatch_once())
+        service = broker.embedded.broker
+        core = service.core
+        broker.run(service.dispatch_once())
         (only,) = broker.call(lambda: [(p.job, p.state) for p in core.tracker.pool_pods("small")])
         assert only[0] == blocker and only[1] in (PodState.ASSIGNED, PodState.RUNNING)
         assert broker.call(lambda: queued in core.queued and queued not in core.running)
@@ -231,6 +232,10 @@ def test_cancel_queued_and_running(broker: BrokerThread) -> None:
         assert c.post(f"/v1/jobs/{queued}/cancel").status_code == 200
         job = wait_job(c, queued)
         assert (job["state"], job["exit_code"], job["pods"]) == ("CANCELLED", None, [])
+        deadline = time.monotonic() + 20
+        while broker.call(lambda: queued in core.queued):  # the cancel hook reaches the core
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         c.post(f"/v1/jobs/{blocker}/cancel")
         wait_job(c, blocker, timeout=30)
 

@@ -57,6 +57,8 @@ def create_app(
             return fixed
 
     metrics = ApiMetrics()
+    hooks = hooks or NoHooks()
+    metrics.attach(hooks.pool_stats, hooks.metric_collectors())
     app = FastAPI(
         title="firepool",
         version=API_VERSION,
@@ -70,7 +72,7 @@ def create_app(
         store=store,
         packages=packages_store,
         pools=catalog,
-        hooks=hooks or NoHooks(),
+        hooks=hooks,
         logs=logs,
         auth=TokenAuthenticator(store, ttl=auth_ttl),
         metrics=metrics,

@@ -351,12 +351,10 @@ class Broker:
         ledger = self.ledger
         out: list[PoolStats] = []
         for spec in self.specs.values():
-            pods: dict[tuple[str, str], int] = {}
             pool_pods = self.tracker.pool_pods(spec.name)
-            for pod in pool_pods:
-                key = (pod.role.value, pod.state.value)
-                pods[key] = pods.get(key, 0) + 1
-            count, gpus = held_counts(spec, (pod.group for pod in pool_pods))
+            kinds = collections.Counter([(pod.role, pod.state) for pod in pool_pods])
+            pods = {(role.value, state.value): n for (role, state), n in kinds.items()}
+            count, gpus = held_counts(spec, [pod.group for pod in pool_pods])
             pod_s, gpu_s = self._held.accrue(spec.name, now, count, gpus)
             resource = spec.budget_resource
             out.append(

@@ -14,7 +14,7 @@ policy names come from the catalog or from enums, never from job ids or caller-c
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.registry import Collector
@@ -172,18 +172,12 @@ class HeldClock:
         return pod_s, gpu_s
 
 
-def held_counts(spec: PoolSpec, groups: Iterable[str | None]) -> tuple[int, int]:
+def held_counts(spec: PoolSpec, groups: Sequence[str | None]) -> tuple[int, int]:
     """Held pods and GPUs of one pool from its tracked pods' groups: every tracked pod is held
     (starting, idle, held, busy or retiring); a GPU group (an active pod and its standbys)
-    counts its GPUs once."""
-    pods = 0
-    named: set[str] = set()
-    solo = 0
-    for group in groups:
-        pods += 1
-        if group is None:
-            solo += 1
-        else:
-            named.add(group)
-    per_pod = spec.accelerators_per_pod if spec.is_gpu else 0
-    return pods, (len(named) + solo) * per_pod
+    counts its GPUs once. Set and list built-ins, not a Python loop: a scrape reads every pod."""
+    if not spec.is_gpu:
+        return len(groups), 0
+    named = set(groups)
+    named.discard(None)
+    return len(groups), (len(named) + groups.count(None)) * spec.accelerators_per_pod

@@ -593,4 +593,3 @@ def _placeholder(ticket: Ticket) -> JobRecord:
 
 def _pod_name(pool: str) -> str:
     return f"{pool}-{secrets.token_hex(4)}"
-

@@ -607,3 +607,26 @@ class PodInfo:
     hold_until: float
     created_at: float
     isolation: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """One pool's figures at one instant, read by the API's metrics collector at scrape time
+    (the broker computes them from its live state, so a scrape never touches the store).
+
+    `pods` counts pods by (role, state); `held_pod_seconds` / `held_gpu_seconds` are running
+    totals (an active pod and its standbys count as one GPU); `queued` is the pool's queue
+    depth; budgets are per accelerator model (`cpu` for CPU pools), `limit` None when unset.
+    """
+
+    pool: str
+    floor: int
+    idle_cap: int
+    ceiling: int
+    pods: dict[tuple[str, str], int]
+    held_pod_seconds: float
+    held_gpu_seconds: float
+    queued: int
+    budget_resource: str
+    budget_used: int
+    budget_limit: int | None

@@ -18,9 +18,38 @@ JOB = {"pool": "cpu", "command": ["python", "main.py"]}
 def error_of(response: httpx.Response, status: int) -> dict[str, object]:
     assert response.status_code == status, response.text
     body = response.json()
-    assert set(body) == {"error", "message", "field"}
+    assert set(body) - {"problems"} == {"error", "message", "field"}
     assert isinstance(body["message"], str) and body["message"]
+    if "problems" in body:  # a rejected body lists every problem; the headline is one of them
+        problems = body["problems"]
+        assert problems and all(set(p) == {"error", "message", "field"} for p in problems)
+        assert (body["error"], body["field"]) in {(p["error"], p["field"]) for p in problems}
     return dict(body)
+
+
+def test_every_problem_is_listed_and_a_typo_gets_a_suggestion(api: Api) -> None:
+    payload = {"pool": "cpu", "comand": ["x"], "pods": 0, "env": {"LD_PRELOAD": "/x.so"}}
+    body = error_of(api.alice.post("/v1/jobs", json=payload), 422)
+    problems = {p["field"]: p for p in body["problems"]}  # type: ignore[attr-defined]
+    assert set(problems) == {"command", "comand", "pods", "env.LD_PRELOAD"}
+    assert problems["comand"]["message"] == "unknown field 'comand'; did you mean 'command'?"
+    assert problems["pods"]["error"] == "ValidationError"
+    # the headline is the most specific class, so the SDK raises ForbiddenEnvError
+    assert (body["error"], body["field"]) == ("ForbiddenEnv", "env.LD_PRELOAD")
+    assert str(body["message"]).startswith("4 problems: ")
+    assert api.job_count() == 0
+
+
+def test_suggestions_inside_nested_objects_and_query_strings(api: Api) -> None:
+    elastic = {**JOB, "kind": "elastic", "elastic": {"app": "cifar10", "max_pod": 2}}
+    body = error_of(api.alice.post("/v1/jobs", json=elastic), 422)
+    assert body["field"] == "elastic.max_pod"
+    assert body["message"] == "unknown field 'elastic.max_pod'; did you mean 'elastic.max_pods'?"
+    far = error_of(api.alice.post("/v1/jobs", json={**JOB, "zzzz": 1}), 422)
+    assert far["message"] == "unknown field 'zzzz'"  # nothing close: no guess
+    query = error_of(api.alice.get("/v1/jobs", params={"stat": "QUEUED"}), 422)
+    assert query["message"] == "unknown query parameter 'stat'; did you mean 'state'?"
+    assert query["field"] == "stat"
 
 
 @pytest.mark.parametrize(

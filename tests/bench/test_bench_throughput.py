@@ -14,6 +14,7 @@ from firepool.bench import throughput
 def test_throughput_benchmark_counts_what_the_store_shows(tmp_path: Path) -> None:
     out = tmp_path / "throughput.json"
     argv = ["--pods", "2", "--callers", "3", "--seconds", "2", "--warmup", "1"]
+    argv += ["--scrape-every", "0.5"]  # a Prometheus-like scraper rides along
     assert throughput.main([*argv, "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert (r["pods"], r["callers"], r["identities"], r["store"]) == (2, 3, 2, "sqlite")
@@ -34,3 +35,5 @@ def test_throughput_benchmark_counts_what_the_store_shows(tmp_path: Path) -> Non
     assert r["polls_per_job"] > 0 and r["exit_events_per_job"] > 0
     assert r["requests_per_job"] >= r["polls_per_job"] + r["exit_events_per_job"]
     assert math.isclose(r["broker_cpu_ms_per_job"], r["broker_cpu_s"] * 1000 / r["jobs"])
+    assert r["scrapes"] >= 1 and 0 < r["scrape_ms_p50"] <= r["scrape_ms_p99"]
+    assert r["scrape_server_ms_mean"] > 0 and 0 <= r["scrape_server_within_5ms"] <= 1

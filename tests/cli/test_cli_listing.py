@@ -7,7 +7,12 @@ import threading
 import time
 
 from cli_harness import Invoke, invoker
+from rich.console import Console
+from typer.testing import CliRunner, Result
 
+from firepool.api.schemas import PodView
+from firepool.cli.main import app
+from firepool.cli.tables import pods_table
 from firepool.client import Client
 from firepool.testing.broker import LiveBroker
 from firepool.testing.service import BrokerThread
@@ -78,3 +83,73 @@ def test_pods_table(cli_e2e: Invoke, embedded: BrokerThread) -> None:
     result = cli_e2e("pods")
     assert result.exit_code == 0 and result.stdout.split()[:4] == ["NAME", "POOL", "ROLE", "STATE"]
     assert names and names <= set(result.stdout.split())
+
+
+def narrow_cli(broker: LiveBroker) -> Invoke:
+    """As `cli`, but as if in an 40-column terminal whose output goes to a pipe."""
+    runner = CliRunner()
+    env = {
+        "FIREPOOL_URL": broker.url,
+        "FIREPOOL_TOKEN": broker.tokens["alice"],
+        "COLUMNS": "40",
+        "NO_COLOR": "1",
+    }
+
+    def invoke(*args: str) -> Result:
+        return runner.invoke(app, list(args), env=env, catch_exceptions=False)
+
+    return invoke
+
+
+def test_piped_tables_never_cut_ids_or_states(broker: LiveBroker) -> None:
+    cli = narrow_cli(broker)
+    with Client(broker.url, broker.tokens["alice"]) as client:
+        done = client.submit("cpu", ["a"], lease_tag="a-rather-long-session-tag")
+        queued = client.submit("cpu", ["b"], queue="a-long-queue-name")
+    broker.finish(done.id, exit_code=0)
+    result = cli("jobs")
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.stdout
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:]}
+    assert rows[done.id][1] == "SUCCEEDED" and rows[queued.id][1] == "QUEUED"
+    assert "a-rather-long-session-tag" in rows[done.id]
+    pods = cli("pods")  # the API-only broker tracks none: the header alone, uncut
+    assert pods.exit_code == 0 and "…" not in pods.stdout
+    pools = cli("pools")
+    assert "…" not in pools.stdout and pools.stdout.split()[:2] == ["NAME", "SHAPE"]
+
+
+def test_every_list_command_takes_output(cli: Invoke, broker: LiveBroker) -> None:
+    with Client(broker.url, broker.tokens["alice"]) as client:
+        job = client.submit("cpu", ["a"])
+    broker.finish(job.id, exit_code=0)
+    for command in ("jobs", "pods", "pools"):
+        table = cli(command, "--output", "table")
+        wide = cli(command, "-o", "wide")
+        listed = cli(command, "-o", "json")
+        assert table.exit_code == wide.exit_code == listed.exit_code == 0
+        assert isinstance(json.loads(listed.stdout), list)
+        narrow_header = table.stdout.splitlines()[0].split()
+        wide_header = wide.stdout.splitlines()[0].split()
+        assert len(wide_header) > len(narrow_header), command
+        assert set(narrow_header) <= set(wide_header)
+    wide_jobs = cli("jobs", "-o", "wide").stdout
+    assert "WAITED" in wide_jobs and "(warm: " in wide_jobs  # acquisition with its reason
+    assert "STEP" in cli("pools", "-o", "wide").stdout
+    assert json.loads(cli("jobs", "--output", "JSON").stdout)[0]["id"] == job.id
+
+
+def test_an_unknown_output_format_is_refused(cli: Invoke) -> None:
+    result = cli("jobs", "--output", "xml")
+    assert result.exit_code == 2 and "xml" in result.output
+
+
+def test_a_narrow_terminal_wraps_other_columns_not_names_or_states() -> None:
+    pods = [
+        PodView(name="cpu-0123456789abcdef", pool="cpu", role="active", state="retiring",
+                owner="someone-with-a-long-name", created_at=0.0)
+    ]  # fmt: skip
+    console = Console(width=40, force_terminal=True, no_color=True, record=True)
+    console.print(pods_table(pods, now=10.0, wide=True))
+    words = console.export_text().split()
+    assert "cpu-0123456789abcdef" in words and "retiring" in words

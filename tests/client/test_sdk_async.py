@@ -8,6 +8,7 @@ import time
 import httpx
 import pytest
 
+from firepool.api.schemas import JobOut
 from firepool.client import AsyncClient, WaitTimeoutError
 from firepool.model import JobState, NotFoundError, RequestValidationError
 from firepool.testing.broker import LiveBroker
@@ -51,6 +52,24 @@ def test_sessions_are_per_task(broker: LiveBroker) -> None:
             return list(results)
 
     assert asyncio.run(main()) == [[f"a{i}/q-a{i}"] * 2 for i in range(3)]
+
+
+def test_an_async_session_submits_and_runs_itself(broker: LiveBroker) -> None:
+    async def main() -> tuple[JobOut, JobOut, JobOut]:
+        async with AsyncClient(broker.url, broker.tokens["alice"]) as client:
+            session = client.session(lease_tag="async-agent", queue="agents")
+            submitted = await session.submit("cpu", ["x"])
+            running = asyncio.create_task(session.run("cpu", ["y"], wait_timeout=30))
+            while not (found := await client.list(queue="agents")) or len(found) < 2:
+                await asyncio.sleep(0.01)
+            broker.finish(found[-1].id, exit_code=0)
+            plain = await client.submit("cpu", ["z"])
+            return submitted, await running, plain
+
+    submitted, ran, plain = asyncio.run(main())
+    assert (submitted.lease_tag, submitted.queue) == ("async-agent", "agents")
+    assert (ran.lease_tag, ran.state, ran.exit_code) == ("async-agent", JobState.SUCCEEDED, 0)
+    assert plain.lease_tag == ""
 
 
 def test_follow_and_wait(broker: LiveBroker) -> None:

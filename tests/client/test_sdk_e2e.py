@@ -60,6 +60,22 @@ def test_run_returns_exit_code_and_acquisition(embedded: BrokerThread, package: 
     )
 
 
+def test_a_session_runs_its_own_jobs_on_one_warm_pod(embedded: BrokerThread, package: Path) -> None:
+    token = embedded.issue("session-runner")  # a caller of its own: no other test's pods
+    with Client(embedded.url, token) as client:
+        session = client.session(lease_tag="runner")
+        first = session.run("cpu", ["python", "main.py", "0"], package=package, wait_timeout=60)
+        wait_until_free(client, first.pods[0].name)
+        second = session.run("cpu", ["python", "main.py", "0"], package=package, wait_timeout=60)
+    assert (first.state, second.state) == (JobState.SUCCEEDED, JobState.SUCCEEDED)
+    assert first.lease_tag == second.lease_tag == "runner"
+    assert second.pods[0].name == first.pods[0].name
+    assert (second.pods[0].acquisition, second.pods[0].reason) == (
+        AcquisitionPath.WARM,
+        "same_session",
+    )
+
+
 def test_pods_lists_the_callers_pod(embedded: BrokerThread, package: Path) -> None:
     # A caller of its own: the default caller may hold a pod from another test, and a new
     # session would recycle that pod (one job, then it retires) instead of holding it.

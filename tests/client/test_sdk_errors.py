@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from firepool.client import Client, WaitTimeoutError, status_of
+from firepool.client import Client, WaitTimeoutError, problems_of, status_of
 from firepool.client.errors import ERROR_CLASSES, error_from_body
 from firepool.model import (
     ConflictError,
@@ -25,6 +25,22 @@ def test_unknown_field_is_a_validation_error_naming_it(client: Client) -> None:
         client.submit_spec({"pool": "cpu", "command": ["x"], "lease_tga": "s1"})
     assert caught.value.field == "lease_tga" and "lease_tga" in caught.value.message
     assert caught.value.code == ErrorCode.VALIDATION and status_of(caught.value) == 422
+
+
+def test_every_problem_comes_back_typed(client: Client) -> None:
+    spec = {"pool": "cpu", "comand": ["x"], "pods": 0, "env": {"LD_PRELOAD": "evil.so"}}
+    with pytest.raises(ForbiddenEnvError) as caught:  # the most specific class heads the list
+        client.submit_spec(spec)
+    assert caught.value.field == "env.LD_PRELOAD" and status_of(caught.value) == 422
+    problems = {p.field: p for p in problems_of(caught.value)}
+    assert set(problems) == {"command", "comand", "pods", "env.LD_PRELOAD"}
+    assert isinstance(problems["comand"], RequestValidationError)
+    assert problems["comand"].message == "unknown field 'comand'; did you mean 'command'?"
+    assert isinstance(problems["env.LD_PRELOAD"], ForbiddenEnvError)
+    assert all(status_of(p) == 422 for p in problems.values())
+    with pytest.raises(NotFoundError) as single:
+        client.get("no-such-job")
+    assert problems_of(single.value) == [single.value]
 
 
 def test_bad_token_is_unauthorized(broker: LiveBroker) -> None:

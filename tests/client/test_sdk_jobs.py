@@ -149,6 +149,40 @@ def test_sessions_stamp_submissions(client: Client) -> None:
     assert third.lease_tag == outer.lease_tag and (after.lease_tag, after.queue) == ("", "default")
 
 
+def test_a_session_submits_itself_entered_or_not(client: Client) -> None:
+    session = client.session(lease_tag="agent-2", queue="agents")
+    own = session.submit("cpu", ["a"])  # never entered: like requests.Session.get
+    assert (own.lease_tag, own.queue) == ("agent-2", "agents")
+    assert client.submit("cpu", ["b"]).lease_tag == ""  # the client's calls stay unstamped
+    explicit = session.submit("cpu", ["c"], lease_tag="mine", queue="q")
+    assert (explicit.lease_tag, explicit.queue) == ("mine", "q")
+    with client.session(lease_tag="outer") as outer:
+        inner = session.submit("cpu", ["d"])  # the session's own fields win over the entered
+        assert client.submit("cpu", ["e"]).lease_tag == outer.lease_tag
+    assert inner.lease_tag == "agent-2"
+    with session as entered:
+        assert entered is session and client.submit("cpu", ["f"]).lease_tag == "agent-2"
+
+
+def test_one_session_object_shared_by_threads(client: Client) -> None:
+    session = client.session(lease_tag="shared")
+    start = threading.Barrier(4, timeout=30)
+    tags: list[str] = []
+
+    def agent() -> None:
+        start.wait()
+        for _ in range(3):
+            tags.append(session.submit("cpu", ["x"]).lease_tag)
+
+    threads = [threading.Thread(target=agent) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert tags == ["shared"] * 12
+    assert client.submit("cpu", ["y"]).lease_tag == ""
+
+
 def test_sessions_are_per_thread(client: Client) -> None:
     tags: dict[str, str] = {}
     inside = threading.Barrier(3, timeout=30)  # all three sessions are open at once ...

@@ -126,6 +126,9 @@ def test_sigkill_and_restart_loses_nothing_and_runs_nothing_twice(tmp_path: Path
             final = wait_state(c, again.json()["id"], TERMINAL)
             assert (final["state"], final["pods"][0]["name"]) == ("SUCCEEDED", held)
             assert final["pods"][0]["acquisition"] == "warm"
+            metrics = c.get("/metrics").text  # what the restart did, as an operator sees it
+            assert 'firepool_recovery_events_total{event="attempt_reattached"} 1.0' in metrics
+            assert 'firepool_recovery_events_total{event="pod_restored"}' in metrics
     finally:
         counter.shutdown()
         os.killpg(server.pid, signal.SIGTERM)

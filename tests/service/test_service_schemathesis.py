@@ -3,8 +3,9 @@
 routes the pod agent calls (exit events, package fetch), each with its proper token.
 
 No generated request may cause a 5xx; every answer matches the document; every 4xx has the one
-typed error body {"error", "message", "field"}. Its one pool has a name no generator will
-guess, so a fuzzed job is refused or fails as an unknown pool and no generated command runs.
+typed error body {"error", "message", "field"} (plus "problems" for a rejected body). Its one
+pool has a name no generator will guess, so a fuzzed job is refused or fails as an unknown pool
+and no generated command runs.
 """
 
 from __future__ import annotations
@@ -107,7 +108,9 @@ def _fuzz(operation: Any, url: str, bearer: str) -> Callable[[], None]:
         )
         if 400 <= response.status_code < 500:
             body = response.json()
-            assert set(body) == {"error", "message", "field"}, body
+            assert set(body) - {"problems"} == {"error", "message", "field"}, body
+            for problem in body.get("problems", ()):  # a rejected body lists every problem
+                assert set(problem) == {"error", "message", "field"}, body
             assert isinstance(body["error"], str) and body["error"], body
             assert isinstance(body["message"], str) and body["message"], body
 

@@ -229,6 +229,10 @@ def test_list_filters_and_scopes_by_caller(store: JobStore) -> None:
     assert len(store.list_jobs(limit=2)) == 2
     assert [j.id for j in store.list_jobs(limit=2, after=a2.id)] == [b1.id]
     assert store.list_jobs(after="no-such-job") == []
+    newest = store.list_jobs(newest_first=True)
+    assert [j.id for j in newest] == [b1.id, a2.id, a1.id]
+    assert [j.id for j in store.list_jobs(caller="alice", newest_first=True, limit=1)] == [a2.id]
+    assert [j.id for j in store.list_jobs(newest_first=True, after=a2.id)] == [a1.id]
 
 
 def test_concurrent_submissions_are_all_durable(db: Scratch) -> None:

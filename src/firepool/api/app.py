@@ -22,6 +22,7 @@ from firepool.api.hooks import BrokerHooks, NoHooks
 from firepool.api.limits import DEFAULT_JSON_BYTES, BodyLimit
 from firepool.api.metrics import ApiMetrics, MetricsMiddleware
 from firepool.api.routes import internal, jobs, packages, pods, system
+from firepool.dashboard import routes as dashboard
 from firepool.model import PoolSpec
 from firepool.packages import PackageStore
 from firepool.store import JobStore
@@ -57,6 +58,8 @@ def create_app(
             return fixed
 
     metrics = ApiMetrics()
+    hooks = hooks or NoHooks()
+    metrics.attach(hooks.pool_stats, hooks.metric_collectors())
     app = FastAPI(
         title="firepool",
         version=API_VERSION,
@@ -70,7 +73,7 @@ def create_app(
         store=store,
         packages=packages_store,
         pools=catalog,
-        hooks=hooks or NoHooks(),
+        hooks=hooks,
         logs=logs,
         auth=TokenAuthenticator(store, ttl=auth_ttl),
         metrics=metrics,
@@ -82,6 +85,7 @@ def create_app(
     app.include_router(system.router)
     app.include_router(pods.router)
     app.include_router(internal.router)
+    app.include_router(dashboard.router)
     app.add_middleware(BodyLimit, json_bytes=json_body_bytes, upload_bytes=packages_store.max_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     _publish_security(app)

@@ -21,7 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from firepool.model import NotFoundError, PodInfo
+from prometheus_client.registry import Collector
+
+from firepool.model import NotFoundError, PodInfo, PoolStats
 from firepool.protocol import ExitEvent
 from firepool.store import JobRecord
 
@@ -51,6 +53,14 @@ class BrokerHooks(Protocol):
         ...
 
     def pod_list(self) -> list[PodInfo]: ...
+
+    def pool_stats(self) -> list[PoolStats]:
+        """Each pool's live figures, read at every scrape of /metrics (no store access)."""
+        ...
+
+    def metric_collectors(self) -> list[Collector]:
+        """The broker's own counters and histograms, registered once in the app's registry."""
+        ...
 
     def progress_token_ok(self, attempt: str, token: str) -> bool: ...
 
@@ -91,6 +101,12 @@ class NoHooks:
         return False
 
     def pod_list(self) -> list[PodInfo]:
+        return []
+
+    def pool_stats(self) -> list[PoolStats]:
+        return []
+
+    def metric_collectors(self) -> list[Collector]:
         return []
 
     def progress_token_ok(self, attempt: str, token: str) -> bool:

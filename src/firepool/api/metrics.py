@@ -1,12 +1,23 @@
 """Prometheus metrics for the API, in a registry of the app's own (several apps in one
-process, as in tests, never collide), served at `/metrics`."""
+process, as in tests, never collide), served at `/metrics`.
+
+Besides the API's own counters the registry holds the broker's (registered from
+`BrokerHooks.metric_collectors`) and `PoolCollector`, which reads the pools' gauges from
+`BrokerHooks.pool_stats` at scrape time: a gauge kept up to date at every pod event would put
+work on the job path for a figure read once every scrape interval.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from firepool.model import PoolStats
 
 
 class ApiMetrics:
@@ -45,6 +56,72 @@ class ApiMetrics:
             ["cache"],
             registry=self.registry,
         )
+
+    def attach(self, stats: Callable[[], list[PoolStats]], collectors: list[Collector]) -> None:
+        """Serve a broker's figures too: its pools' gauges and its counters/histograms."""
+        self.registry.register(PoolCollector(stats))
+        for collector in collectors:
+            self.registry.register(collector)
+
+
+class PoolCollector(Collector):
+    """Per-pool gauges and held-capacity counters, computed by the broker when scraped."""
+
+    def __init__(self, stats: Callable[[], list[PoolStats]]) -> None:
+        self.stats = stats
+
+    def describe(self) -> list[Metric]:
+        return []  # families are known only at collect time; skip the registry's dry run
+
+    def collect(self) -> Iterator[Metric]:
+        pods = GaugeMetricFamily(
+            "firepool_pool_pods", "Pods by role and state.", labels=["pool", "role", "state"]
+        )
+        knobs = GaugeMetricFamily(
+            "firepool_pool_pods_limit",
+            "The pool's scaling knobs in pods: floor, idle cap and ceiling.",
+            labels=["pool", "knob"],
+        )
+        queued = GaugeMetricFamily(
+            "firepool_queue_depth", "Jobs queued for the pool.", labels=["pool"]
+        )
+        pod_s = CounterMetricFamily(
+            "firepool_held_pod_seconds",
+            "Pod-seconds held (every pod from creation to deletion).",
+            labels=["pool"],
+        )
+        gpu_s = CounterMetricFamily(
+            "firepool_held_gpu_seconds",
+            "GPU-seconds held (an active pod and its standbys count once).",
+            labels=["pool"],
+        )
+        used = GaugeMetricFamily(
+            "firepool_budget_used_units",
+            "Budget units reserved, per accelerator model (cpu: cores).",
+            labels=["resource"],
+        )
+        limit = GaugeMetricFamily(
+            "firepool_budget_limit_units",
+            "Budget limit per accelerator model (absent when unlimited).",
+            labels=["resource"],
+        )
+        resources: set[str] = set()
+        for pool in self.stats():
+            name = pool.pool
+            for (role, state), count in sorted(pool.pods.items()):
+                pods.add_metric([name, role, state], count)
+            knobs.add_metric([name, "floor"], pool.floor)
+            knobs.add_metric([name, "idle_cap"], pool.idle_cap)
+            knobs.add_metric([name, "ceiling"], pool.ceiling)
+            queued.add_metric([name], pool.queued)
+            pod_s.add_metric([name], pool.held_pod_seconds)
+            gpu_s.add_metric([name], pool.held_gpu_seconds)
+            if pool.budget_resource not in resources:
+                resources.add(pool.budget_resource)
+                used.add_metric([pool.budget_resource], pool.budget_used)
+                if pool.budget_limit is not None:
+                    limit.add_metric([pool.budget_resource], pool.budget_limit)
+        yield from (pods, knobs, queued, pod_s, gpu_s, used, limit)
 
 
 class MetricsMiddleware:

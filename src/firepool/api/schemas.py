@@ -23,10 +23,20 @@ from firepool.model import (
 )
 
 
-class ErrorOut(StrictModel):
+class ProblemOut(StrictModel):
     error: ErrorCode
     message: str
     field: str | None = None
+
+
+class ErrorOut(StrictModel):
+    """`error`, `message` and `field` describe one problem; a rejected request also lists
+    every problem found in `problems`."""
+
+    error: ErrorCode
+    message: str
+    field: str | None = None
+    problems: list[ProblemOut] | None = None
 
 
 class PodOut(StrictModel):

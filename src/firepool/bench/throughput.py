@@ -40,6 +40,10 @@ window:
 The timings are read back from the child's store after the run (`started` is recorded off the
 critical path); `store_jobs_in_window` counts the store's terminal jobs in the window, a check
 on the callers' own tally (`store_agrees`). The pods are deleted when the broker exits.
+
+With `--scrape-every S` a scraper GETs `/metrics` every S seconds through the window, as
+Prometheus would: `scrape_ms_p50/p99` is what it waited (HTTP included, so an upper bound on
+the scrape's own cost under load); compare `jobs_per_s` with a run without it.
 """
 
 from __future__ import annotations
@@ -172,6 +176,23 @@ class _Tally:
     submitted: int = 0
     #: HTTP requests the broker served in the window, by method and route template.
     requests: collections.Counter[str] = field(default_factory=collections.Counter)
+    #: Milliseconds each `/metrics` scrape took in the window (`--scrape-every`).
+    scrapes_ms: list[float] = field(default_factory=list)
+    #: The broker's own view of its /metrics requests (the handler, without HTTP or queueing):
+    #: (count, seconds, count within 5 ms), from its request-latency histogram.
+    scrape_server: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+async def _scraper(url: str, every: float, stop_at: float, tally: _Tally) -> None:
+    """A Prometheus-like scraper: GET /metrics every `every` seconds until `stop_at`."""
+    import httpx
+
+    async with httpx.AsyncClient(base_url=url, timeout=30.0) as http:
+        while time.time() < stop_at:
+            began = time.perf_counter()
+            (await http.get("/metrics")).raise_for_status()
+            tally.scrapes_ms.append((time.perf_counter() - began) * 1000.0)
+            await asyncio.sleep(every)
 
 
 async def _caller(url: str, token: str, stop_at: float, tally: _Tally) -> None:
@@ -220,6 +241,7 @@ async def _drive(
     warmup: float,
     seconds: float,
     pid: int,
+    scrape_every: float | None = None,
 ) -> tuple[_Tally, float, float, _Cpu]:
     """Warm up, then time `seconds`; returns the tally, the window and the broker's CPU in it."""
     await _wait_pods_idle(url, tokens[0], pods, timeout=300.0)
@@ -232,12 +254,15 @@ async def _drive(
     await asyncio.sleep(warmup)
     requests_before = await _requests_by_route(url)
     began = time.time()
+    if scrape_every is not None:
+        tasks.append(asyncio.create_task(_scraper(url, scrape_every, stop_at, tally)))
     before = _Cpu.now(pid)
     await asyncio.sleep(max(0.0, stop_at - time.time()))
     ended = time.time()
     cpu = _Cpu.now(pid).minus(before)
     tally.requests = await _requests_by_route(url)
     tally.requests.subtract(requests_before)
+    tally.scrape_server = await _scrape_server_side(url)
     await asyncio.gather(*tasks)  # the jobs in flight finish; they fall outside the window
     return tally, began, ended, cpu
 
@@ -247,6 +272,29 @@ _REQUESTS = re.compile(
     r'status="[^"]*"\} (?P<count>\S+)$',
     re.MULTILINE,
 )
+
+
+async def _scrape_server_side(url: str) -> tuple[float, float, float]:
+    """(count, total seconds, count within 5 ms) of the broker's /metrics requests so far."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with httpx.AsyncClient(base_url=url, timeout=30.0) as http:
+        text = (await http.get("/metrics")).raise_for_status().text
+    count = total = within = 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name != "firepool_http_request_seconds":
+            continue
+        for sample in family.samples:
+            if sample.labels.get("route") != "/metrics":
+                continue
+            if sample.name.endswith("_count"):
+                count = sample.value
+            elif sample.name.endswith("_sum"):
+                total = sample.value
+            elif sample.name.endswith("_bucket") and sample.labels.get("le") == "0.005":
+                within = sample.value
+    return count, total, within
 
 
 async def _requests_by_route(url: str) -> collections.Counter[str]:
@@ -322,6 +370,7 @@ def run_once(
     seconds: float,
     warmup: float,
     store_url: str | None,
+    scrape_every: float | None = None,
 ) -> dict[str, object]:
     context = multiprocessing.get_context("spawn")
     ready, stop, window, counted = (
@@ -343,7 +392,7 @@ def run_once(
         try:
             url, tokens, pid = ready.get(timeout=120)
             tally, began, ended, cpu = asyncio.run(
-                _drive(url, tokens, callers, pods, warmup, seconds, pid)
+                _drive(url, tokens, callers, pods, warmup, seconds, pid, scrape_every)
             )
             stop.set()
             window.put({f.id for f in tally.finished})
@@ -384,6 +433,11 @@ def run_once(
         "jobs": jobs,
         "jobs_per_s": jobs / elapsed if elapsed > 0 else float("nan"),
         "window_s": elapsed,
+        "scrapes": len(tally.scrapes_ms),
+        "scrape_server_ms_mean": 1000 * tally.scrape_server[1] / max(tally.scrape_server[0], 1),
+        "scrape_server_within_5ms": tally.scrape_server[2] / max(tally.scrape_server[0], 1),
+        "scrape_ms_p50": percentile(tally.scrapes_ms, 50),
+        "scrape_ms_p99": percentile(tally.scrapes_ms, 99),
         "succeeded": sum(f.state == "SUCCEEDED" for f in in_window),
         "warm_acquisitions": sum(f.acquisition == "warm" for f in in_window),
         "store_jobs_in_window": len(store_in_window),
@@ -435,6 +489,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="timed window")
     parser.add_argument("--warmup", type=float, default=3.0, help="untimed seconds first")
     parser.add_argument("--store", default=None, help="database URL (default: SQLite)")
+    parser.add_argument(
+        "--scrape-every", type=float, default=None, help="GET /metrics every S seconds"
+    )
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args(argv)
     if args.pods < 1 or args.callers < 1:
@@ -447,6 +504,7 @@ def main(argv: list[str]) -> int:
         seconds=args.seconds,
         warmup=args.warmup,
         store_url=args.store,
+        scrape_every=args.scrape_every,
     )
     result.update(
         pods=args.pods,
@@ -510,6 +568,24 @@ def main(argv: list[str]) -> int:
                 "",
             ),
             ("caller errors", str(r["errors"]), "0"),
+            *(
+                [
+                    (
+                        "/metrics scrape p50 / p99 (ms, the scraper's wait)",
+                        f"{r['scrape_ms_p50']:.2f} / "
+                        f"{r['scrape_ms_p99']:.2f} ({r['scrapes']} scrapes)",
+                        "",
+                    ),
+                    (
+                        "  in the broker: mean (ms) / share within 5 ms",
+                        f"{r['scrape_server_ms_mean']:.2f} / "
+                        f"{100 * r['scrape_server_within_5ms']:.0f}%",
+                        ">= 99%",
+                    ),
+                ]
+                if r.get("scrapes")
+                else []
+            ),
         ],
     )
     write_json(args.json_path, result)

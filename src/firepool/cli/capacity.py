@@ -2,35 +2,46 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
-from firepool.cli.common import JsonFlag, TokenOption, UrlOption, broker_errors, connect, stdout
+from firepool.cli.common import (
+    JsonFlag,
+    Output,
+    OutputOption,
+    TokenOption,
+    UrlOption,
+    broker_errors,
+    connect,
+    emit,
+)
 
 
-def pods(as_json: JsonFlag = False, url: UrlOption = None, token: TokenOption = None) -> None:
+def pods(
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
     """List the broker's pods (owner, session and job shown only for your own)."""
     from firepool.cli.tables import pods_table
 
     with connect(url, token) as client, broker_errors():
         found = client.pods()
-    if as_json:
-        typer.echo(json.dumps([pod.model_dump(mode="json") for pod in found], indent=2))
-    else:
-        stdout().print(pods_table(found))
+    emit(found, output, as_json, lambda wide: pods_table(found, wide=wide))
 
 
-def pools(as_json: JsonFlag = False, url: UrlOption = None, token: TokenOption = None) -> None:
+def pools(
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
     """List the pools (SKUs) and their scaling knobs."""
     from firepool.cli.tables import pools_table
 
     with connect(url, token) as client, broker_errors():
         found = client.pools()
-    if as_json:
-        typer.echo(json.dumps([pool.model_dump(mode="json") for pool in found], indent=2))
-    else:
-        stdout().print(pools_table(found))
+    emit(found, output, as_json, lambda wide: pools_table(found, wide=wide))
 
 
 def register(app: typer.Typer) -> None:

@@ -8,14 +8,18 @@ completion must not load the HTTP stack.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
     from rich.console import Console
+    from rich.table import Table
 
     from firepool.client import Client
 
@@ -29,13 +33,51 @@ TokenOption = Annotated[
         "--token", help="Caller token (default: $FIREPOOL_TOKEN, else the local server's)."
     ),
 ]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Same as --output json.")]
 
 
-def stdout() -> Console:
+class Output(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    WIDE = "wide"
+
+
+OutputOption = Annotated[
+    Output,
+    typer.Option(
+        "--output",
+        "-o",
+        help="table, json (the API's objects), or wide (a table with more columns).",
+        case_sensitive=False,
+    ),
+]
+
+#: Width for a table written to a pipe or a file: wide enough that no column is ever cut
+#: (rich sizes the table to its content, so nothing is padded to this width).
+PIPE_WIDTH = 100_000
+
+
+def emit(
+    items: Sequence[BaseModel], output: Output, as_json: bool, table: Callable[[bool], Table]
+) -> None:
+    """Print a listing in the chosen format; `table(wide)` builds the table.
+
+    When stdout is not a terminal (a pipe, a file, a test's capture) the table is rendered at
+    its full width: rich would otherwise fit it into 80 columns and cut ids and states
+    ("SUCC…"), which is exactly what a script grepping the output cannot recover from."""
+    if as_json or output is Output.JSON:
+        typer.echo(json.dumps([item.model_dump(mode="json") for item in items], indent=2))
+        return
+    console = stdout()
+    if not console.is_terminal:
+        console = stdout(width=PIPE_WIDTH)
+    console.print(table(output is Output.WIDE))
+
+
+def stdout(width: int | None = None) -> Console:
     from rich.console import Console
 
-    return Console(highlight=False)
+    return Console(highlight=False, width=width)
 
 
 def stderr() -> Console:

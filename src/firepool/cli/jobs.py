@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated
 
 import typer
 
-from firepool.cli.common import JsonFlag, TokenOption, UrlOption, broker_errors, connect, stdout
+from firepool.cli.common import (
+    JsonFlag,
+    Output,
+    OutputOption,
+    TokenOption,
+    UrlOption,
+    broker_errors,
+    connect,
+    emit,
+)
 
 
 def jobs(
@@ -18,6 +26,7 @@ def jobs(
     pool: Annotated[str | None, typer.Option("--pool", "-p", help="Only this pool.")] = None,
     queue: Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")] = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many jobs.")] = 100,
+    output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     url: UrlOption = None,
     token: TokenOption = None,
@@ -28,10 +37,7 @@ def jobs(
     states = [s.upper() for s in state or ()]
     with connect(url, token) as client, broker_errors():
         found = client.list(state=states, pool=pool, queue=queue, limit=limit)
-    if as_json:
-        typer.echo(json.dumps([job.model_dump(mode="json") for job in found], indent=2))
-    else:
-        stdout().print(jobs_table(found))
+    emit(found, output, as_json, lambda wide: jobs_table(found, wide=wide))
 
 
 def cancel(

@@ -1,5 +1,10 @@
 """Rich tables for jobs, pods and pools: pure functions from the API's models to renderables,
-so the commands stay one call each and the layout can be tested without a terminal."""
+so the commands stay one call each and the layout can be tested without a terminal.
+
+Identifying columns (ids, names, states) are never wrapped nor cut, whatever the width: a
+narrow terminal wraps the free-text columns instead. `wide` adds the columns an operator
+reads less often (acquisition reasons, start latency, groups, per-caller limits).
+"""
 
 from __future__ import annotations
 
@@ -44,17 +49,43 @@ def _dash(value: object) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
-def jobs_table(jobs: Sequence[JobOut], now: float | None = None) -> Table:
+def _table() -> Table:
+    return Table(box=None, pad_edge=False, header_style="bold")
+
+
+def _key_column(table: Table, name: str, values: Sequence[str]) -> None:
+    """A column that is never wrapped or cut: at least as wide as its longest value."""
+    width = max([len(name), *(len(v) for v in values)])
+    table.add_column(name, no_wrap=True, min_width=width, overflow="ignore")
+
+
+def jobs_table(jobs: Sequence[JobOut], now: float | None = None, *, wide: bool = False) -> Table:
     now = time.time() if now is None else now
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("ID", no_wrap=True)
-    for name in ("STATE", "POOL", "QUEUE", "TAG", "EXIT", "ERROR", "RETRIES", "PODS"):
+    table = _table()
+    _key_column(table, "ID", [j.id for j in jobs])
+    _key_column(table, "STATE", [j.state.value for j in jobs])
+    for name in ("POOL", "QUEUE", "TAG", "EXIT", "ERROR", "RETRIES", "PODS"):
         table.add_column(name)
+    if wide:
+        for name in ("ATTEMPT", "WAITED", "MESSAGE"):
+            table.add_column(name)
     table.add_column("RAN")
     table.add_column("AGE", justify="right")
     for job in jobs:
         state = job.state.value
-        pods = ", ".join(f"{p.name} ({p.acquisition.value})" for p in job.pods)
+        if wide:
+            pods = ", ".join(f"{p.name} ({p.acquisition.value}: {p.reason})" for p in job.pods)
+        else:
+            pods = ", ".join(f"{p.name} ({p.acquisition.value})" for p in job.pods)
+        extra = (
+            [
+                job.attempt,
+                duration(job.timings.submitted, job.timings.first_instruction),
+                _dash(job.message),
+            ]
+            if wide
+            else []
+        )
         table.add_row(
             job.id,
             f"[{STATE_STYLE.get(state, 'white')}]{state}[/]",
@@ -65,21 +96,29 @@ def jobs_table(jobs: Sequence[JobOut], now: float | None = None) -> Table:
             _dash(job.error_class.value if job.error_class else None),
             str(job.retries),
             pods or "-",
+            *extra,
             duration(job.timings.started, job.timings.finished),
             ago(job.timings.submitted, now),
         )
     return table
 
 
-def pods_table(pods: Sequence[PodView], now: float | None = None) -> Table:
+def pods_table(pods: Sequence[PodView], now: float | None = None, *, wide: bool = False) -> Table:
     now = time.time() if now is None else now
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("NAME", no_wrap=True)
-    for name in ("POOL", "ROLE", "STATE", "OWNER", "QUEUE", "TAG", "JOB", "HOLD", "ISOLATION"):
+    table = _table()
+    _key_column(table, "NAME", [p.name for p in pods])
+    table.add_column("POOL")
+    table.add_column("ROLE")
+    _key_column(table, "STATE", [p.state for p in pods])
+    for name in ("OWNER", "QUEUE", "TAG", "JOB", "HOLD", "ISOLATION"):
         table.add_column(name)
+    if wide:
+        table.add_column("GROUP")
+        table.add_column("CREATED")
     table.add_column("AGE", justify="right")
     for pod in pods:
         hold = "-" if pod.hold_until is None else f"{max(0.0, pod.hold_until - now):.0f}s"
+        extra = [_dash(pod.group), _clock(pod.created_at)] if wide else []
         table.add_row(
             pod.name,
             pod.pool,
@@ -91,17 +130,26 @@ def pods_table(pods: Sequence[PodView], now: float | None = None) -> Table:
             _dash(pod.job),
             hold,
             _dash(pod.isolation),
+            *extra,
             ago(pod.created_at, now),
         )
     return table
 
 
-def pools_table(pools: Sequence[PoolSpec]) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for name in ("NAME", "SHAPE", "MEMORY", "FLOOR", "IDLE CAP", "CEILING", "KEEP-ALIVE"):
+def _clock(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+def pools_table(pools: Sequence[PoolSpec], *, wide: bool = False) -> Table:
+    table = _table()
+    _key_column(table, "NAME", [p.name for p in pools])
+    for name in ("SHAPE", "MEMORY", "FLOOR", "IDLE CAP", "CEILING", "KEEP-ALIVE"):
         table.add_column(name)
     for name in ("HOLD", "STANDBYS", "TAGS"):
         table.add_column(name)
+    if wide:
+        for name in ("STEP", "IMAGE", "PODS/CALLER", "GPUS/CALLER", "TEMPLATE"):
+            table.add_column(name)
     for pool in pools:
         shape = (
             f"{pool.accelerators_per_pod}x {pool.accelerator}"
@@ -119,5 +167,16 @@ def pools_table(pools: Sequence[PoolSpec]) -> Table:
             f"{pool.hold_seconds:g}s",
             str(pool.standbys_per_active),
             pool.lease_tag_mode.value,
+            *(
+                [
+                    str(pool.step),
+                    pool.image,
+                    _dash(pool.max_pods_per_caller),
+                    _dash(pool.max_gpus_per_caller),
+                    str(pool.template_version),
+                ]
+                if wide
+                else []
+            ),
         )
     return table

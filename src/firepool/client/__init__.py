@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from firepool.client.aio import AsyncClient
     from firepool.client.calls import SubmitOptions
     from firepool.client.config import ClientConfig, LocalDefaults, local_defaults, resolve
-    from firepool.client.errors import ERROR_CLASSES, WaitTimeoutError, status_of
+    from firepool.client.errors import ERROR_CLASSES, WaitTimeoutError, problems_of, status_of
     from firepool.client.packaging import Package, load_package, zip_directory
     from firepool.client.progress import report_progress
     from firepool.client.session import Session
@@ -42,6 +42,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "ERROR_CLASSES": ("firepool.client.errors", "ERROR_CLASSES"),
     "WaitTimeoutError": ("firepool.client.errors", "WaitTimeoutError"),
     "status_of": ("firepool.client.errors", "status_of"),
+    "problems_of": ("firepool.client.errors", "problems_of"),
     "Package": ("firepool.client.packaging", "Package"),
     "load_package": ("firepool.client.packaging", "load_package"),
     "zip_directory": ("firepool.client.packaging", "zip_directory"),
@@ -65,6 +66,7 @@ __all__ = [
     "WaitTimeoutError",
     "load_package",
     "local_defaults",
+    "problems_of",
     "report_progress",
     "resolve",
     "status_of",

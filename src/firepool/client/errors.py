@@ -3,7 +3,8 @@
 The server raises a `FirepoolError` subclass, the API turns it into
 `{"error": <class>, "message", "field"}`, and this module turns that body back into the same
 subclass, so `except NotFoundError` means the same thing on both sides of the wire. The HTTP
-status rides along as `err.status` (None when no response arrived).
+status rides along as `err.status` (None when no response arrived), and a rejected request's
+every problem as `problems_of(err)` (typed errors too, one per problem).
 """
 
 from __future__ import annotations
@@ -75,18 +76,37 @@ def status_of(err: FirepoolError) -> int | None:
     return status
 
 
+def problems_of(err: FirepoolError) -> list[FirepoolError]:
+    """Every problem the broker found in a rejected request, each a typed error naming its
+    field; `[err]` itself when the response listed none."""
+    problems: list[FirepoolError] | None = getattr(err, "problems", None)
+    return list(problems) if problems else [err]
+
+
+def _typed(body: dict[str, Any]) -> FirepoolError:
+    name = body["error"]
+    message = str(body.get("message") or name)
+    field = body.get("field")
+    field = field if isinstance(field, str) else None
+    try:
+        cls = ERROR_CLASSES.get(ErrorCode(name), FirepoolError)
+    except ValueError:
+        cls, message = FirepoolError, f"{name}: {message}"
+    return cls(message, field=field)
+
+
 def error_from_body(status: int, body: Any) -> FirepoolError:
     """The typed exception for an error response (`body` is its decoded JSON, or anything)."""
     if isinstance(body, dict) and isinstance(body.get("error"), str):
-        name = body["error"]
-        message = str(body.get("message") or name)
-        field = body.get("field")
-        field = field if isinstance(field, str) else None
-        try:
-            cls = ERROR_CLASSES.get(ErrorCode(name), FirepoolError)
-        except ValueError:
-            cls, message = FirepoolError, f"{name}: {message}"
-        return with_status(cls(message, field=field), status)
+        err = _typed(body)
+        listed = body.get("problems")
+        if isinstance(listed, list):
+            err.problems = [  # type: ignore[attr-defined]
+                with_status(_typed(p), status)
+                for p in listed
+                if isinstance(p, dict) and isinstance(p.get("error"), str)
+            ]
+        return with_status(err, status)
     if status in _UNAVAILABLE_STATUSES:
         return with_status(UnavailableError(f"broker unavailable (HTTP {status})"), status)
     return with_status(FirepoolError(f"unexpected HTTP {status} from the broker"), status)

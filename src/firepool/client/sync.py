@@ -26,7 +26,7 @@ from firepool.client.base import DEFAULT_TIMEOUT, ClientBase, is_digest
 from firepool.client.errors import WaitTimeoutError, unreachable
 from firepool.client.packaging import load_package
 from firepool.client.polling import LogCursor, Step, Waiting
-from firepool.client.session import session_defaults
+from firepool.client.session import ClientSession, session_defaults
 from firepool.model import JobSpec, JobState, PoolSpec
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -76,6 +76,12 @@ class Client(ClientBase):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def session(self, lease_tag: str | None = None, *, queue: str | None = None) -> ClientSession:
+        """A reuse session: submissions inside `with` (or `async with`) carry this lease tag
+        (a fresh random one when none is given) and, if given, this queue; the session's own
+        `submit` and `run` carry them too, entered or not."""
+        return ClientSession(self, lease_tag, queue)
 
     # ------------------------------------------------------------------ jobs
     def submit(

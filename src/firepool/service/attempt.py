@@ -62,6 +62,8 @@ class Running:
     extra_env: dict[str, str] = field(default_factory=dict)
     exits: dict[str, asyncio.Future[ExitEvent]] = field(default_factory=dict)
     launched: bool = False
+    #: When the first rank started (None until launched): the metrics' start latency.
+    first_instruction: float | None = None
     log_pump: asyncio.Task[None] | None = None
     marking: asyncio.Task[None] | None = None
 
@@ -155,7 +157,7 @@ class AttemptRunner:
             await self._stop_all(running)
             return AttemptEnd(launch_failed=True, message=str(exc))
         running.launched = True
-        first = min(started)
+        first = running.first_instruction = min(started)
         self.pods.spawn(self._record_start(job, first))
         running.log_pump = asyncio.ensure_future(self._pump_logs(job, lease.pods[0].name))
         return await self._wait_exit(running)

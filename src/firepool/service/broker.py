@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prometheus_client.registry import Collector
+
 from firepool.backends.base import PodBackend
 from firepool.control import pod_annotations
 from firepool.control.actions import (
@@ -51,12 +53,13 @@ from firepool.control.dispatch import AttemptEnd
 from firepool.control.records import Ticket
 from firepool.control.scaler import ScalerConfig
 from firepool.control.tracker import Tracker
-from firepool.model import JobKind, JobState, PodInfo, PoolSpec
+from firepool.model import JobKind, JobState, PodInfo, PoolSpec, PoolStats
 from firepool.packages import PackageStore
 from firepool.protocol import ExitEvent
 from firepool.service.attempt import AttemptRunner, LogSink, Running
 from firepool.service.elastic import ElasticConfig, ElasticDriver
 from firepool.service.pods import PodManager
+from firepool.service.telemetry import BrokerTelemetry, HeldClock, held_counts
 from firepool.store import JobRecord, JobStore
 
 log = logging.getLogger("firepool.service")
@@ -153,6 +156,8 @@ class Broker:
         self._finished_listeners: list[Callable[[JobRecord], None]] = []
         # The last dispatch passes' durations (bounded: the broker runs for months).
         self.dispatch_ms: collections.deque[float] = collections.deque(maxlen=1024)
+        self.telemetry = BrokerTelemetry()  # served at /metrics through `metric_collectors`
+        self._held = HeldClock(clock())
 
     @property
     def tracker(self) -> Tracker:
@@ -205,8 +210,10 @@ class Broker:
                 self.pods.spawn(self.pods.annotate(action.pod, pod_annotations.held(action.until)))
                 self._at(action.until, self._expire_holds)
             elif isinstance(action, DeletePod):
+                self.telemetry.deleted(self.tracker.get(action.pod), action.reason)
                 self.pods.spawn(self._delete(action.pod))
             elif isinstance(action, CreatePod):
+                self.telemetry.scaler.labels(action.order.pool, "create", action.order.role).inc()
                 self.pods.spawn(self._create(action))
             elif isinstance(action, RecordVerdict):
                 self.pods.spawn(self._record(action, self._ended.get(action.ticket.job)))
@@ -228,6 +235,7 @@ class Broker:
         ticket, lease = action.ticket, action.lease
         job = self._records.pop(ticket.job, None) or _placeholder(ticket)
         running = Running(job, lease, ticket=ticket)
+        self.telemetry.leased(lease)
         if ticket.spec.kind is JobKind.ELASTIC:
             running.extra_env = self.elastic.environment(ticket, self.base_url)
         self.running[ticket.job] = running
@@ -350,6 +358,42 @@ class Broker:
                 )
         return out
 
+    def pool_stats(self) -> list[PoolStats]:
+        """Each pool's figures for a scrape: O(pods), read on the event loop's thread."""
+        now = self.clock()
+        queued: dict[str, int] = {}
+        for entry in self.core.queued.values():
+            pool = entry.ticket.spec.pool
+            queued[pool] = queued.get(pool, 0) + 1
+        ledger = self.ledger
+        out: list[PoolStats] = []
+        for spec in self.specs.values():
+            pool_pods = self.tracker.pool_pods(spec.name)
+            kinds = collections.Counter([(pod.role, pod.state) for pod in pool_pods])
+            pods = {(role.value, state.value): n for (role, state), n in kinds.items()}
+            count, gpus = held_counts(spec, [pod.group for pod in pool_pods])
+            pod_s, gpu_s = self._held.accrue(spec.name, now, count, gpus)
+            resource = spec.budget_resource
+            out.append(
+                PoolStats(
+                    pool=spec.name,
+                    floor=spec.min_count,
+                    idle_cap=spec.max_idle_count,
+                    ceiling=spec.max_count,
+                    pods=pods,
+                    held_pod_seconds=pod_s,
+                    held_gpu_seconds=gpu_s,
+                    queued=queued.get(spec.name, 0),
+                    budget_resource=resource,
+                    budget_used=ledger.used(resource),
+                    budget_limit=ledger.limit(resource),
+                )
+            )
+        return out
+
+    def metric_collectors(self) -> list[Collector]:
+        return self.telemetry.collectors()
+
     def progress_token_ok(self, attempt: str, token: str) -> bool:
         return self.elastic.token_matches(attempt, token)
 
@@ -385,6 +429,7 @@ class Broker:
         start = time.perf_counter()
         actions = self.core.dispatch(self.clock())
         self.dispatch_ms.append((time.perf_counter() - start) * 1000.0)
+        self.telemetry.dispatch.observe(self.dispatch_ms[-1] / 1000.0)
         self.act(actions)
 
     # ------------------------------------------------------------------ attempts
@@ -392,7 +437,8 @@ class Broker:
     async def _run(self, running: Running) -> None:
         job_id = running.ticket.job
         try:
-            job = await self.runner.commit(running)
+            with self.telemetry.commit.time():
+                job = await self.runner.commit(running)
             if job is None:  # the commit lost a race: the store has the truth
                 self.running.pop(job_id, None)
                 self._resync = True
@@ -436,6 +482,7 @@ class Broker:
         unclean = await self.runner.reset(running.lease)
         job_id = running.ticket.job
         self.running.pop(job_id, None)
+        self.telemetry.attempt_ended(running, self.clock(), len(unclean))
         running.ticket = ticket_of(running.job)
         self._ended[job_id] = running.job
         try:
@@ -461,6 +508,7 @@ class Broker:
         if running_job is None:
             return
         final = await self.runner.record(running_job, action.verdict)
+        self.telemetry.job_finished(final.spec.pool, final.state, final.error_class)
         if final.state is JobState.QUEUED:
             self._remember(final)
         elif final.state.terminal:
@@ -481,6 +529,7 @@ class Broker:
             message=action.message,
         )
         self.job_finished(failed)
+        self.telemetry.job_finished(job.spec.pool, JobState.FAILED, action.error)
 
     # ------------------------------------------------------------------ pods
 
@@ -547,6 +596,9 @@ class Broker:
                     started = time.perf_counter()
                     actions = self.core.round(now)
                     self.elastic.decide_ms.append((time.perf_counter() - started) * 1000.0)
+                    self.telemetry.round.labels(self.config.elastic.policy).observe(
+                        self.elastic.decide_ms[-1] / 1000.0
+                    )
                     self.act(actions)
             except Exception:
                 log.exception("elastic round failed")

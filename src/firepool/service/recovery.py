@@ -50,21 +50,26 @@ async def recover(broker: Broker) -> None:
         for r in records.values()
     ]
     plan = plan_recovery(listed, jobs, broker.specs)
+    count = broker.telemetry.recovery.labels
     for name in plan.delete:
         await broker.backend.delete(name)
+        count("pod_deleted").inc()
     for snap in plan.restore:
         try:
             broker.core.restore_pod(snap)
         except FirepoolError as exc:
             log.warning("pod %s not restored (%s); deleting it", snap.name, exc)
             await broker.backend.delete(snap.name)
+            count("pod_deleted").inc()
             continue
         broker.pods.records[snap.name] = records[snap.name]
+        count("pod_restored").inc()
     by_id = {job.id: job for job in stored}
     for job in plan.probe:
         record = by_id[job.ticket.job]
         status = await _probe(broker, job)
         if status is None:
+            count("attempt_lost").inc()
             broker.act(broker.core.recovery_lost(job.ticket, broker.clock()))
             continue
         lease = job.lease()
@@ -78,7 +83,9 @@ async def recover(broker: Broker) -> None:
             running.exits[job.bindings[0].pod].set_result(status.exit)
         broker.running[job.ticket.job] = running
         broker.pods.spawn(broker.reattach(running))
+        count("attempt_reattached").inc()
     for job in plan.lost:
+        count("attempt_lost").inc()
         broker.act(broker.core.recovery_lost(job.ticket, broker.clock()))
     if plan.restore or stored:
         log.info("recovered %d pods and %d running jobs", len(plan.restore), len(stored))

@@ -109,9 +109,11 @@ class MemStore:
         queue: str | None = None,
         limit: int = 100,
         after: str | None = None,
+        newest_first: bool = False,
     ) -> list[JobRecord]:
         out: list[JobRecord] = []
-        rows = iter(self._jobs.values())  # insertion order is submission order
+        # insertion order is submission order
+        rows = iter(reversed(self._jobs.values()) if newest_first else self._jobs.values())
         if after is not None:
             if after not in self._jobs:
                 return []  # an unknown cursor yields nothing, as in the SQL store

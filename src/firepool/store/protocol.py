@@ -33,9 +33,11 @@ class JobStore(Protocol):
         queue: str | None = None,
         limit: int = 100,
         after: str | None = None,
+        newest_first: bool = False,
     ) -> list[JobRecord]:
-        """Jobs oldest first, filtered, starting after the job `after` (a page cursor; an
-        unknown id yields nothing); `caller=None` means every caller (broker use only)."""
+        """Jobs oldest first (newest first with `newest_first`: the dashboard's recent jobs),
+        filtered, starting after the job `after` in that order (a page cursor; an unknown id
+        yields nothing); `caller=None` means every caller (broker use only)."""
         ...
 
     def start(self, job: JobRecord, bindings: Sequence[PodBinding], *, now: float) -> JobRecord:

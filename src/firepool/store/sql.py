@@ -301,11 +301,13 @@ class SqlJobStore(AccountsMixin):
         queue: str | None = None,
         limit: int = 100,
         after: str | None = None,
+        newest_first: bool = False,
     ) -> list[JobRecord]:
-        query = sa.select(jobs).order_by(jobs.c.seq).limit(max(1, limit))
+        order = jobs.c.seq.desc() if newest_first else jobs.c.seq
+        query = sa.select(jobs).order_by(order).limit(max(1, limit))
         if after is not None:
             cursor = sa.select(jobs.c.seq).where(jobs.c.id == after).scalar_subquery()
-            query = query.where(jobs.c.seq > cursor)
+            query = query.where(jobs.c.seq < cursor if newest_first else jobs.c.seq > cursor)
         if caller is not None:
             query = query.where(jobs.c.caller == caller)
         if states:

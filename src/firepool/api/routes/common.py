@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import Response
 
+from firepool.api.errors import did_you_mean
 from firepool.api.schemas import ErrorOut
 from firepool.model import RequestValidationError, StrictModel
 
@@ -21,7 +22,8 @@ def refuse_unknown_query(request: Request, allowed: set[str]) -> None:
     """Query strings are as strict as bodies: a misspelt filter fails instead of matching all."""
     for name in request.query_params:
         if name not in allowed:
-            raise RequestValidationError(f"unknown query parameter {name!r}", field=name)
+            hint = did_you_mean(name, sorted(allowed))
+            raise RequestValidationError(f"unknown query parameter {name!r}{hint}", field=name)
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:

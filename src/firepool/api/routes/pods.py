@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from firepool.api.context import Authed
+from firepool.api.context import Authed, Session
 from firepool.api.routes.common import AUTHED, errors
 from firepool.api.schemas import PodList, PodView
 
@@ -14,6 +14,11 @@ router = APIRouter(prefix="/v1/pods", tags=["pods"])
 @router.get("", response_model=PodList, responses=errors(401), openapi_extra=AUTHED)
 async def list_pods(session: Authed) -> PodList:
     """Every pod the broker tracks; owners and sessions only on the caller's own pods."""
+    return PodList(pods=pod_views(session))
+
+
+def pod_views(session: Session) -> list[PodView]:
+    """The pod list as `session`'s caller may see it (the dashboard shows the same)."""
     out: list[PodView] = []
     for pod in session.context.hooks.pod_list():
         mine = pod.owner == session.caller
@@ -33,4 +38,4 @@ async def list_pods(session: Authed) -> PodList:
                 isolation=pod.isolation or None,
             )
         )
-    return PodList(pods=out)
+    return out

@@ -1,0 +1,1 @@
+"""The broker's web dashboard, served by the API at `/` (see `routes.py`)."""

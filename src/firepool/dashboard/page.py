@@ -1,0 +1,243 @@
+"""The dashboard's HTML: pure functions from the broker's figures to escaped markup.
+
+Why hand-written HTML and no template engine or front-end build: the page is four tables and
+a few bars, refreshed by polling one server-rendered fragment; `html.escape` on every value
+is the whole injection defence, and nothing has to be built or fetched from a CDN (the broker
+often runs where nothing outside can be reached). The shell page (`SHELL`) holds no data: the
+browser keeps the API token in its session storage and sends it as a bearer token with every
+fragment request, exactly like the SDK, so no cookie (and no CSRF surface) is involved.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from firepool.api.schemas import JobOut, PodView
+from firepool.model import PoolSpec, PoolStats
+
+#: Pod states that count as busy (a job holds the pod).
+BUSY = frozenset({"assigned", "running"})
+REFRESH_MS = 2000
+
+SHELL = f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>firepool</title>
+<style>
+body {{ font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }}
+h1 {{ font-size: 1.3em; margin: 0 0 .5em; }}
+h2 {{ font-size: 1.05em; margin: 1.4em 0 .4em; }}
+table {{ border-collapse: collapse; }}
+th, td {{ padding: .2em .7em .2em 0; text-align: left; white-space: nowrap; }}
+th {{ border-bottom: 1px solid #999; }}
+.num {{ text-align: right; }}
+.bar {{ display: inline-block; width: 160px; height: .8em; background: #eee;
+        position: relative; vertical-align: middle; }}
+.bar span {{ position: absolute; left: 0; top: 0; bottom: 0; }}
+.held {{ background: #9ecae1; }} .busy {{ background: #3182bd; }}
+.SUCCEEDED {{ color: #2a7; }} .FAILED {{ color: #c33; }} .CANCELLED {{ color: #a3a; }}
+.QUEUED {{ color: #b80; }} .RUNNING {{ color: #08c; }}
+#login-error {{ color: #c33; }}
+.muted {{ color: #777; }}
+</style>
+</head>
+<body>
+<h1>firepool</h1>
+<form id="login" hidden>
+  <label>API token <input id="token" type="password" autocomplete="off" size="48"></label>
+  <button id="unlock" type="submit">Unlock</button>
+  <span id="login-error"></span>
+</form>
+<div id="panel" hidden></div>
+<script>
+const KEY = "firepool-token";
+const login = document.getElementById("login");
+const panel = document.getElementById("panel");
+function locked(message) {{
+  sessionStorage.removeItem(KEY);
+  panel.hidden = true;
+  login.hidden = false;
+  document.getElementById("login-error").textContent = message || "";
+}}
+async function refresh() {{
+  const token = sessionStorage.getItem(KEY);
+  if (!token) {{ locked(""); return; }}
+  let response;
+  try {{
+    response = await fetch("/dashboard/panel", {{headers: {{Authorization: "Bearer " + token}}}});
+  }} catch (err) {{ return; }}
+  if (response.status === 401) {{ locked("the broker refused this token"); return; }}
+  if (!response.ok) {{ return; }}
+  panel.innerHTML = await response.text();
+  login.hidden = true;
+  panel.hidden = false;
+}}
+login.addEventListener("submit", (event) => {{
+  event.preventDefault();
+  sessionStorage.setItem(KEY, document.getElementById("token").value.trim());
+  refresh();
+}});
+refresh();
+setInterval(refresh, {REFRESH_MS});
+</script>
+</body>
+</html>
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class PanelData:
+    caller: str
+    now: float
+    pools: Sequence[PoolSpec]
+    stats: Sequence[PoolStats]
+    pods: Sequence[PodView]
+    jobs: Sequence[JobOut]
+
+
+def _e(value: object) -> str:
+    return html.escape("-" if value is None or value == "" else str(value))
+
+
+def _row(cells: Iterable[str], *, head: bool = False) -> str:
+    tag = "th" if head else "td"
+    return "<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>"
+
+
+def _table(name: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    body = "".join(_row(r) for r in rows) or _row(["<span class='muted'>none</span>"])
+    head = _row(header, head=True)
+    return f"<table id='{name}'><thead>{head}</thead><tbody>{body}</tbody></table>"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The nearest-rank percentile (None for no values)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def _bar(held: int, busy: int, ceiling: int) -> str:
+    scale = max(ceiling, held, 1)
+    return (
+        f"<span class='bar' title='{busy} busy of {held} held, ceiling {ceiling}'>"
+        f"<span class='held' style='width:{100 * held / scale:.0f}%'></span>"
+        f"<span class='busy' style='width:{100 * busy / scale:.0f}%'></span></span>"
+    )
+
+
+def panel(data: PanelData) -> str:
+    """The fragment the shell polls: pools, pods, queue and the caller's recent jobs."""
+    shapes = {p.name: p for p in data.pools}
+    pool_rows = []
+    for s in data.stats:
+        held = sum(s.pods.values())
+        busy = sum(n for (_, state), n in s.pods.items() if state in BUSY)
+        spec = shapes.get(s.pool)
+        shape = "-"
+        if spec is not None:
+            shape = (
+                f"{spec.accelerators_per_pod}x {spec.accelerator}"
+                if spec.accelerator
+                else f"{spec.cpus_per_pod:g} cpu"
+            )
+        limit = "" if s.budget_limit is None else f" / {s.budget_limit}"
+        pool_rows.append(
+            [
+                _e(s.pool),
+                _e(shape),
+                f"{s.floor} / {s.idle_cap} / {s.ceiling}",
+                f"<span class='held-count'>{held}</span>",
+                f"<span class='busy-count'>{busy}</span>",
+                _bar(held, busy, s.ceiling),
+                f"<span class='queued'>{s.queued}</span>",
+                _e(f"{s.budget_used}{limit} {s.budget_resource}"),
+                f"{s.held_pod_seconds:,.0f}",
+            ]
+        )
+    pod_rows = [
+        [
+            _e(p.name),
+            _e(p.pool),
+            _e(p.role),
+            _e(p.state),
+            _e(p.owner),
+            _e(p.lease_tag),
+            _e(p.job),
+            _e(f"{max(0.0, data.now - p.created_at):.0f}s"),
+        ]
+        for p in sorted(data.pods, key=lambda p: (p.pool, p.name))
+    ]
+    waits: list[float] = []
+    job_rows = []
+    for j in data.jobs:
+        t = j.timings
+        waited = None
+        if t.first_instruction is not None and t.submitted is not None:
+            waited = t.first_instruction - t.submitted
+            waits.append(waited)
+        ran = None if t.started is None or t.finished is None else t.finished - t.started
+        paths = ", ".join(f"{p.acquisition.value} ({p.reason})" for p in j.pods) or "-"
+        job_rows.append(
+            [
+                _e(j.id),
+                f"<span class='{_e(j.state.value)}'>{_e(j.state.value)}</span>",
+                _e(j.pool),
+                _e(j.queue),
+                f"<span class='path'>{html.escape(paths)}</span>",
+                _seconds(waited),
+                _seconds(ran),
+                _e(j.exit_code),
+                _e(j.error_class.value if j.error_class else None),
+            ]
+        )
+    queued = sum(s.queued for s in data.stats)
+    latency = " · ".join(f"p{q} {_seconds(percentile(waits, q))}" for q in (50, 90, 99))
+    stamp = time.strftime("%H:%M:%S", time.localtime(data.now))
+    return "".join(
+        [
+            f"<p class='muted'>signed in as <b id='caller'>{_e(data.caller)}</b>"
+            f" · updated {stamp} · every {REFRESH_MS // 1000}s</p>",
+            "<h2>Pools</h2>",
+            _table(
+                "pools",
+                [
+                    "pool",
+                    "shape",
+                    "floor / idle cap / ceiling",
+                    "held",
+                    "busy",
+                    "",
+                    "queued",
+                    "budget",
+                    "held pod-s",
+                ],
+                pool_rows,
+            ),
+            f"<h2>Queue</h2><p id='queue'>{queued} job(s) queued across every pool</p>",
+            "<h2>Pods</h2>",
+            _table(
+                "pods",
+                ["pod", "pool", "role", "state", "owner", "tag", "job", "age"],
+                pod_rows,
+            ),
+            "<h2>Your recent jobs</h2>",
+            f"<p id='latency'>start latency (submit to first instruction): {latency}</p>",
+            _table(
+                "jobs",
+                ["job", "state", "pool", "queue", "acquisition", "waited", "ran", "exit", "error"],
+                job_rows,
+            ),
+        ]
+    )

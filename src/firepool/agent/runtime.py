@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -47,6 +47,8 @@ from firepool.protocol import (
     LaunchMode,
     LaunchRequest,
     LaunchResponse,
+    LogAck,
+    LogAckResult,
     MemoryLimitMode,
     ResetResult,
     StopReason,
@@ -71,9 +73,13 @@ class Attempt:
     exit: ExitEvent | None = None
     launch: LaunchResponse | None = None
     timer: threading.Timer | None = None
+    #: Per stream, the byte offset up to which the broker has stored the output.
+    acked: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.exited = threading.Event()
+        #: Set once the attempt exited and the broker acknowledged all of its output.
+        self.logs_acked = threading.Event()
 
 
 class Agent:
@@ -360,6 +366,8 @@ class Agent:
                 max_rss_kib=ev.maxrss_kib,
             )
             attempt.exited.set()
+            if not self._unacked(attempt):
+                attempt.logs_acked.set()  # nothing to keep for the broker
             event = attempt.exit
         self.events.push(event)
 
@@ -438,10 +446,17 @@ class Agent:
 
     # ------------------------------------------------------------------ reset
 
-    def reset(self) -> ResetResult:
+    def reset(self, await_logs_s: float = 0.0) -> ResetResult:
+        """Kill, wipe and verify. The exited attempt's output is kept until the broker has
+        acknowledged it, up to `await_logs_s`; what it had not is reported in the result."""
         with self._op:
             with self._lock:
                 cur = self.current
+            unacked: dict[str, int] = {}
+            if cur is not None and cur.launch is not None:
+                if cur.exit is not None and await_logs_s > 0:
+                    cur.logs_acked.wait(await_logs_s)
+                unacked = self._unacked(cur)
             if cur is not None and cur.timer is not None:
                 cur.timer.cancel()
             if cur is not None and cur.exit is None:
@@ -473,6 +488,10 @@ class Agent:
                 detach=self.attacher.detach_all,
             )
             result = verified_reset(ctx)
+            if unacked:
+                result = result.model_copy(update={"logs_unacked": unacked})
+                log.warning("reset removed unacknowledged output of %s: %s",
+                            cur.request.attempt if cur else "?", unacked)
             if cur is not None and cur.exit is None:
                 cur.exited.wait(1.0)  # the zygote reports the leader's death
             with self._lock:
@@ -486,6 +505,30 @@ class Agent:
             if not result.clean:
                 log.warning("reset unclean after %.2f ms: %s", result.duration_ms, result.reason)
             return result
+
+    # ------------------------------------------------------------------ output
+
+    def ack_logs(self, attempt_id: str, ack: LogAck) -> LogAckResult:
+        """The broker stored the attempt's streams up to these offsets (never moves back)."""
+        cur = self._attempt(attempt_id)
+        with self._lock:
+            for stream in ("stdout", "stderr"):
+                cur.acked[stream] = max(cur.acked.get(stream, 0), getattr(ack, stream))
+            complete = cur.exit is not None and not self._unacked(cur)
+            if complete:
+                cur.logs_acked.set()
+            return LogAckResult(attempt=attempt_id, acked=dict(cur.acked), complete=complete)
+
+    def _unacked(self, cur: Attempt) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for stream in ("stdout", "stderr"):
+            try:
+                size = self.layout.log_file(cur.request.attempt, stream).stat().st_size
+            except OSError:
+                continue
+            if size > cur.acked.get(stream, 0):
+                out[stream] = size - cur.acked.get(stream, 0)
+        return out
 
     # ------------------------------------------------------------------ shutdown
 

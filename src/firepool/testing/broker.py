@@ -21,7 +21,7 @@ from firepool.api import create_app, issue_token
 from firepool.model import AcquisitionPath, ErrorCode, JobState, PoolSpec
 from firepool.packages import DiskPackageStore
 from firepool.store import JobRecord, PodBinding, SqlJobStore, open_store
-from firepool.store.logs import FileLogStorage
+from firepool.store.logs import RankLogStorage
 
 POOLS = (
     PoolSpec(name="cpu", max_count=4),
@@ -46,7 +46,7 @@ class LiveBroker:
     data_dir: Path
     store: SqlJobStore
     packages: DiskPackageStore
-    logs: FileLogStorage
+    logs: RankLogStorage
     tokens: dict[str, str]
 
     def write_local_defaults(self, caller: str = "alice") -> None:
@@ -103,7 +103,7 @@ def live_broker(
     """Install a fresh app over `data_dir` behind `switch` (already served at `url`)."""
     store = open_store(data_dir=data_dir)
     packages = DiskPackageStore(data_dir / "packages")
-    logs = FileLogStorage(data_dir / "logs")
+    logs = RankLogStorage(data_dir / "logs")
     switch.app = create_app(store, packages, list(pools), logs=logs)
     tokens = {name: issue_token(store, name) for name in callers}
     try:

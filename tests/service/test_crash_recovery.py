@@ -105,6 +105,10 @@ def test_sigkill_and_restart_loses_nothing_and_runs_nothing_twice(tmp_path: Path
                 json={"pool": "cpu", "command": ["python", "-c", body], "lease_tag": "b"},
             ).json()["id"]
             running = wait_state(bob, long, {"RUNNING"})
+            hold_until = {p["name"]: p for p in c.get("/v1/pods").json()["pods"]}[held][
+                "hold_until"
+            ]
+            assert hold_until is not None
             assert running["pods"][0]["name"] != held
             deadline = time.monotonic() + 30
             while bob.get(f"/v1/jobs/{long}").json()["timings"]["started"] is None:
@@ -122,6 +126,7 @@ def test_sigkill_and_restart_loses_nothing_and_runs_nothing_twice(tmp_path: Path
             assert runs == ["/run"]  # launched exactly once
             pods = {p["name"]: p for p in c.get("/v1/pods").json()["pods"]}
             assert pods[held]["state"] == "held" and pods[held]["owner"] == "local"
+            assert pods[held]["hold_until"] == hold_until  # its expiry, to the bit
             again = c.post("/v1/jobs", json={"pool": "cpu", "command": ["true"], "lease_tag": "a"})
             final = wait_state(c, again.json()["id"], TERMINAL)
             assert (final["state"], final["pods"][0]["name"]) == ("SUCCEEDED", held)

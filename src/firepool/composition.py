@@ -61,7 +61,13 @@ def build_backend(
         return KubernetesBackend(kubernetes or KubernetesSettings())
     if kind != "local":
         raise ConfigError(f"unknown backend {kind!r}: choose local or kubernetes", field="backend")
-    return LocalBackend(pods_dir, isolation=isolation, fake_devices=fake_devices, faults=faults)
+    return LocalBackend(
+        pods_dir,
+        isolation=isolation,
+        fake_devices=fake_devices,
+        faults=faults,
+        broker_silence_s="keep-alive",  # a broker that never comes back leaves nothing running
+    )
 
 
 class EmbeddedBroker:

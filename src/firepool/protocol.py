@@ -335,6 +335,10 @@ class AgentConfig(StrictModel):
     keep_caches: tuple[str, ...] = ()
     #: Upper bound for confirming every process is gone after SIGKILL.
     verify_timeout_s: float = 2.0
+    #: An agent that has heard nothing from its broker for this long ends its pod (every
+    #: process, then itself): a broker that will not come back leaves nothing running. None:
+    #: never (the pod outlives any silence).
+    broker_silence_s: Annotated[float, Field(gt=0)] | None = None
     #: Test hook: inject faults by name (`verify` makes every reset report unclean).
     faults: tuple[str, ...] = ()
     extra_env: dict[str, str] = Field(default_factory=dict)

@@ -142,6 +142,8 @@ class Agent:
         self.dirty = False
         self.unclean_reason: str | None = None
         self.healthy = True
+        #: When the broker (an authorised request) was last heard from.
+        self.last_contact = time.monotonic()
         self.zygote = ZygoteClient(
             config.preload_modules, self._on_exit, self._on_zygote_death, started=zygote
         )
@@ -529,6 +531,27 @@ class Agent:
             if size > cur.acked.get(stream, 0):
                 out[stream] = size - cur.acked.get(stream, 0)
         return out
+
+    # ------------------------------------------------------------------ broker silence
+
+    def touch(self) -> None:
+        """The broker spoke (any authorised request)."""
+        self.last_contact = time.monotonic()
+
+    def orphaned(self) -> bool:
+        """The broker has been silent longer than `broker_silence_s`: the pod must end."""
+        bound = self.config.broker_silence_s
+        return bound is not None and time.monotonic() - self.last_contact > bound
+
+    def watch_broker(self, end: threading.Event) -> None:
+        """Set `end` once the broker has been silent too long (a daemon thread's body)."""
+        bound = self.config.broker_silence_s
+        if bound is None:
+            return
+        while not end.wait(min(max(bound / 4, 0.05), 5.0)):
+            if self.orphaned():
+                log.warning("no word from the broker for over %.1fs: ending the pod", bound)
+                end.set()
 
     # ------------------------------------------------------------------ shutdown
 

@@ -141,6 +141,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if not self._authorized():
                 raise UnauthorizedError("missing or wrong pod secret", field="Authorization")
+            self.server.agent.touch()
             for pattern, fn in routes:
                 match = re.fullmatch(pattern, url.path)
                 if match:

@@ -3,14 +3,17 @@ its bound ends its pod, every process of it and itself, on real processes."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
-from pod_helpers import backend_at, make_pod, pods_processes, py
+from pod_helpers import EventSink, backend_at, make_pod, pods_processes, py
 
 from firepool.agent import procfs
+from firepool.backends.agent_client import AgentClient
 from firepool.backends.local import MIN_BROKER_SILENCE_S, LocalBackend, silence_bound
-from firepool.model import ConfigError, PoolSpec
+from firepool.model import ConfigError, PoolSpec, UnavailableError
 from firepool.protocol import LaunchRequest
 
 pytestmark = pytest.mark.timeout(120)
@@ -48,3 +51,30 @@ def test_a_bad_silence_bound_is_refused_naming_the_field(tmp_path: object, bad: 
     with pytest.raises(ConfigError) as err:
         LocalBackend(f"{tmp_path}/pods", broker_silence_s=bad)  # type: ignore[arg-type]
     assert err.value.field == "broker_silence_s"
+
+
+def test_an_agent_stopped_past_its_bound_fences_its_attempt_when_it_resumes() -> None:
+    """A partition seen from inside (SIGSTOP): on SIGCONT the agent kills the attempt, which
+    its broker has long declared lost, and never reports its exit."""
+    sink = EventSink()
+    try:
+        with backend_at("fence", broker_silence_s=1.0) as (backend, loop, root):
+            record, client = loop.run(make_pod(backend, POOL, callback_url=sink.url))
+            sleep = py("import time; time.sleep(600)")
+            launched = loop.run(client.launch(LaunchRequest(attempt="fence-1:0", argv=sleep)))
+            os.kill(record.pid, signal.SIGSTOP)
+            try:
+                # the broker's view: the agent stops answering for longer than the bound
+                silent = AgentClient(record.agent_url, record.secret, timeout=1.5)
+                with pytest.raises(UnavailableError):
+                    loop.run(silent.health())
+            finally:
+                os.kill(record.pid, signal.SIGCONT)
+            deadline = time.monotonic() + 60
+            while procfs.alive(launched.pid) or procfs.alive(record.pid):
+                assert time.monotonic() < deadline, "the fenced attempt still runs"
+                time.sleep(0.05)
+            assert pods_processes(root, backend.uids_handed_out) == []
+        assert [e.attempt for e in sink.events] == []  # its exit was never reported
+    finally:
+        sink.close()

@@ -144,6 +144,8 @@ class Agent:
         self.healthy = True
         #: When the broker (an authorised request) was last heard from.
         self.last_contact = time.monotonic()
+        #: Cut off from the broker past the bound: nothing of the attempt is reported again.
+        self.fenced = False
         self.zygote = ZygoteClient(
             config.preload_modules, self._on_exit, self._on_zygote_death, started=zygote
         )
@@ -291,6 +293,8 @@ class Agent:
             cur = self.current
             if cur is not None and cur.request.attempt == req.attempt and cur.launch is not None:
                 return cur.launch.model_copy(update={"duplicate": True})
+            if self.fenced:
+                raise ConflictError("pod was cut off from its broker past its bound and is ending")
             if self.unclean_reason is not None:
                 raise ConflictError(f"pod is unclean and must be deleted: {self.unclean_reason}")
             if not self.healthy:
@@ -371,6 +375,9 @@ class Agent:
             if not self._unacked(attempt):
                 attempt.logs_acked.set()  # nothing to keep for the broker
             event = attempt.exit
+            if self.fenced:
+                log.warning("exit of fenced attempt %s not reported", ev.attempt)
+                return
         self.events.push(event)
 
     def _oom_verdict(
@@ -544,13 +551,27 @@ class Agent:
         return bound is not None and time.monotonic() - self.last_contact > bound
 
     def watch_broker(self, end: threading.Event) -> None:
-        """Set `end` once the broker has been silent too long (a daemon thread's body)."""
+        """Set `end` once the broker has been silent too long, or this agent was itself
+        stopped (SIGSTOP, a frozen VM: a partition seen from inside) for longer than the
+        bound, during which its broker will have declared the pod lost and run the attempt
+        elsewhere. The attempt is fenced first: its exit is never reported, and ending the
+        pod kills it (a daemon thread's body)."""
         bound = self.config.broker_silence_s
         if bound is None:
             return
-        while not end.wait(min(max(bound / 4, 0.05), 5.0)):
-            if self.orphaned():
-                log.warning("no word from the broker for over %.1fs: ending the pod", bound)
+        tick = min(max(bound / 4, 0.05), 5.0)
+        last = time.monotonic()
+        while not end.wait(tick):
+            now = time.monotonic()
+            stalled, last = now - last > bound, now
+            if stalled or self.orphaned():
+                with self._lock:
+                    self.fenced = True
+                log.warning(
+                    "%s for over %.1fs: ending the pod",
+                    "stopped" if stalled else "no word from the broker",
+                    bound,
+                )
                 end.set()
 
     # ------------------------------------------------------------------ shutdown

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -82,6 +82,8 @@ class Running:
     launched: bool = False
     log_pump: asyncio.Task[None] | None = None
     marking: asyncio.Task[None] | None = None
+    #: Pods whose agents stopped answering: never waited on again (stop, reset), deleted.
+    lost: set[str] = field(default_factory=set)
 
 
 class AttemptRunner:
@@ -269,7 +271,8 @@ class AttemptRunner:
                     lost = await self._poll_exits(job, pending, silent)
                     if lost:
                         # An agent that stays unreachable has lost its pod: stop what is left
-                        # and end the attempt; the reset fails there, so the pod is deleted.
+                        # and end the attempt; the pod is not reset but deleted.
+                        running.lost.add(lost)
                         await self._stop_all(running)
                         return AttemptEnd(pod_lost=True, message=f"pod {lost} stopped answering")
                 if pending and any(_failed(e) for e in events.values()):
@@ -315,22 +318,28 @@ class AttemptRunner:
             with contextlib.suppress(FirepoolError, OSError):
                 await self.pods.agent(pod).stop(running.job.attempt, grace_s=grace, kill=kill)
 
-        await asyncio.gather(*(stop(p.name) for p in running.lease.pods))
+        pods = [p.name for p in running.lease.pods if p.name not in running.lost]
+        await asyncio.gather(*(stop(pod) for pod in pods))
 
     async def kill(self, running: Running) -> None:
         """Fault injection: SIGKILL every rank at once (the attempt then ends as KILLED)."""
         if running.launched:
             await self._stop_all(running, kill=True)
 
-    async def reset(self, lease: Lease, *, job: JobRecord | None = None) -> list[str]:
+    async def reset(
+        self, lease: Lease, *, job: JobRecord | None = None, lost: Collection[str] = ()
+    ) -> list[str]:
         """Verified reset of every pod; any pod not confirmed clean is returned as unclean.
         With `job` (the attempt's), each agent keeps the attempt's output until the pump has
         acknowledged it (at most `log_drain_s`), and output it removed unacknowledged is
-        recorded in that rank's log: a loss is never silent."""
+        recorded in that rank's log: a loss is never silent. Pods in `lost` (their agents
+        stopped answering) are not waited on: they are unclean."""
         ranks = {p.name: rank for rank, p in enumerate(lease.pods)}
         wait = self.log_drain_s if job is not None else 0.0
 
         async def reset(pod: str) -> str | None:
+            if pod in lost:
+                return pod
             try:
                 result = await self.pods.agent(pod).reset(await_logs_s=wait)
             except (FirepoolError, OSError, KeyError) as exc:

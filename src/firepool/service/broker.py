@@ -418,7 +418,7 @@ class Broker:
 
     async def _finish(self, running: Running, end: AttemptEnd) -> None:
         await self.runner.drain_logs(running)
-        unclean = await self.runner.reset(running.lease, job=running.job)
+        unclean = await self.runner.reset(running.lease, job=running.job, lost=running.lost)
         job_id = running.ticket.job
         self.running.pop(job_id, None)
         running.ticket = ticket_of(running.job)

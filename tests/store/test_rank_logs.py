@@ -44,6 +44,8 @@ def test_an_append_a_crash_left_unrecorded_is_replaced_not_repeated(tmp_path: Pa
     with open(logs.path("j1", 0), "ab") as log:
         log.write(b"after\n")
     restarted = RankLogStorage(tmp_path)  # a new broker process
+    # readers never see the unrecorded bytes (the resumed pump may interleave differently)
+    assert restarted.read("j1", 0, offset=0, limit=100).data == b"before\n"
     start = restarted.offsets("j1", 0, 0).stdout
     assert start == 7  # so its pump asks the agent for `after` again
     restarted.append_stream("j1", 0, 0, "stdout", start, b"after\n")
@@ -78,3 +80,14 @@ def test_bad_keys_are_refused(tmp_path: Path) -> None:
         logs.offsets("j1", 0, 0).of("install.log")
     with pytest.raises(ValueError, match="log key"):
         logs.append_stream("../x", 0, 0, "stdout", 0, b"")
+
+
+def test_a_plain_append_after_stream_appends_stays_committed(tmp_path: Path) -> None:
+    logs = RankLogStorage(tmp_path)
+    logs.append("j1", 0, b"plain\n")  # no offsets yet: a plain file, read whole
+    assert logs.read("j1", 0, offset=0, limit=100).data == b"plain\n"
+    logs2 = RankLogStorage(tmp_path / "other")
+    logs2.append_stream("j1", 0, 0, "stdout", 0, b"a\n")
+    logs2.append("j1", 0, b"b\n")
+    logs2.append_stream("j1", 0, 0, "stdout", 2, b"c\n")
+    assert logs2.read("j1", 0, offset=0, limit=100).data == b"a\nb\nc\n"

@@ -135,13 +135,12 @@ class RankLogStorage(FileLogStorage):
             self._write_offsets(target, new)
             return new[stream]
 
-    def note(self, job_id: str, retry: int, rank: int, text: str) -> None:
-        """A line of the broker's own in a rank's log (an output loss), committed like data."""
+    def note_raw(self, job_id: str, retry: int, rank: int, line: bytes) -> None:
+        """Bytes of no stream in a rank's log, committed like data."""
         target = self.rank_path(job_id, retry, rank)
         with self._lock:
             target.parent.mkdir(parents=True, exist_ok=True)
             have = self.offsets(job_id, retry, rank)
-            line = f"\n[firepool: {text}]\n".encode()
             fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o600)
             try:
                 os.ftruncate(fd, have.size)
@@ -153,19 +152,39 @@ class RankLogStorage(FileLogStorage):
                 {"size": have.size + len(line), "stdout": have.stdout, "stderr": have.stderr},
             )
 
+    def append(self, job_id: str, retry: int, data: bytes) -> None:
+        """Rank 0's log, appended without stream offsets (kept committed if it has them)."""
+        if not self.rank_path(job_id, retry, 0).with_suffix(".offsets").exists():
+            super().append(job_id, retry, data)
+            return
+        self.note_raw(job_id, retry, 0, data)
+
+    def read(self, job_id: str, retry: int, *, offset: int, limit: int) -> LogChunk:
+        return self.read_rank(job_id, retry, 0, offset=offset, limit=limit)
+
+    def note(self, job_id: str, retry: int, rank: int, text: str) -> None:
+        """A line of the broker's own in a rank's log (an output loss), committed like data."""
+        self.note_raw(job_id, retry, rank, f"\n[firepool: {text}]\n".encode())
+
     def read_rank(
         self, job_id: str, retry: int, rank: int, *, offset: int, limit: int
     ) -> LogChunk:
-        """Like `read`, for one rank; only committed bytes are read."""
-        if rank == 0:
-            return self.read(job_id, retry, offset=offset, limit=limit)
+        """Like `read`, for one rank; only committed bytes are read (an append a crash left
+        unrecorded is not: it is replaced when the pump resumes)."""
         target = self.rank_path(job_id, retry, rank)
+        committed = (
+            self.offsets(job_id, retry, rank).size
+            if target.with_suffix(".offsets").exists()
+            else None
+        )
         try:
             with open(target, "rb") as log:
                 size = os.fstat(log.fileno()).st_size
+                if committed is not None:
+                    size = min(size, committed)
                 start = min(max(offset, 0), size)
                 log.seek(start)
-                return LogChunk(log.read(max(limit, 0)), start, size)
+                return LogChunk(log.read(max(min(limit, size - start), 0)), start, size)
         except FileNotFoundError:
             return LogChunk(b"", 0, 0)
 

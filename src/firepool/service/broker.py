@@ -419,6 +419,8 @@ class Broker:
     async def _finish(self, running: Running, end: AttemptEnd) -> None:
         await self.runner.drain_logs(running)
         unclean = await self.runner.reset(running.lease, job=running.job, lost=running.lost)
+        if running.log_pump is not None and not running.log_pump.done():
+            running.log_pump.cancel()  # a lost pod's stream: the reset recorded what was lost
         job_id = running.ticket.job
         self.running.pop(job_id, None)
         running.ticket = ticket_of(running.job)

@@ -335,7 +335,8 @@ class AttemptRunner:
         recorded in that rank's log: a loss is never silent. Pods in `lost` (their agents
         stopped answering) are not waited on: they are unclean."""
         ranks = {p.name: rank for rank, p in enumerate(lease.pods)}
-        wait = self.log_drain_s if job is not None else 0.0
+        # Only a pump that acknowledges (a rank-aware store) is worth waiting for.
+        wait = self.log_drain_s if job is not None and isinstance(self.logs, RankLogSink) else 0.0
 
         async def reset(pod: str) -> str | None:
             if pod in lost:

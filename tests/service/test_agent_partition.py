@@ -67,6 +67,8 @@ def test_a_partitioned_agent_loses_its_attempt_and_the_old_attempt_never_comes_b
             attempts = broker.call(lambda: broker.embedded.store.attempts(job_id))
             assert attempts[0].error_class is not None
             assert attempts[0].error_class.value == "PodLost"
+            lost_log = c.get(f"/v1/jobs/{job_id}/logs", params={"attempt": 0}).json()["data"]
+            assert f"[firepool: output may be incomplete: pod {pod} stopped answering]" in lost_log
         with contextlib.suppress(ProcessLookupError):
             os.kill(stopped, signal.SIGCONT)
         old = runs[f"{job_id}:0"]

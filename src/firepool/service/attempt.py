@@ -340,6 +340,14 @@ class AttemptRunner:
 
         async def reset(pod: str) -> str | None:
             if pod in lost:
+                if job is not None and isinstance(self.logs, RankLogSink):
+                    await asyncio.to_thread(
+                        self.logs.note,
+                        job.id,
+                        job.retries,
+                        ranks[pod],
+                        f"output may be incomplete: pod {pod} stopped answering",
+                    )
                 return pod
             try:
                 result = await self.pods.agent(pod).reset(await_logs_s=wait)

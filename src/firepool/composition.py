@@ -31,7 +31,7 @@ from firepool.service.broker import Broker, BrokerConfig
 from firepool.service.catalog import Catalog, machine_catalog
 from firepool.service.tuning import tune_gc_for_serving
 from firepool.store import SqlJobStore, open_store
-from firepool.store.logs import FileLogStorage
+from firepool.store.logs import RankLogStorage
 from firepool.store.tokens import hash_token
 
 if TYPE_CHECKING:
@@ -61,7 +61,13 @@ def build_backend(
         return KubernetesBackend(kubernetes or KubernetesSettings())
     if kind != "local":
         raise ConfigError(f"unknown backend {kind!r}: choose local or kubernetes", field="backend")
-    return LocalBackend(pods_dir, isolation=isolation, fake_devices=fake_devices, faults=faults)
+    return LocalBackend(
+        pods_dir,
+        isolation=isolation,
+        fake_devices=fake_devices,
+        faults=faults,
+        broker_silence_s="keep-alive",  # a broker that never comes back leaves nothing running
+    )
 
 
 class EmbeddedBroker:
@@ -106,7 +112,7 @@ class EmbeddedBroker:
             lambda: open_store(self.store_url, data_dir=self.data_dir, **self.store_options)
         )
         self.packages = DiskPackageStore(self.data_dir / "packages")
-        logs = FileLogStorage(self.data_dir / "logs")
+        logs = RankLogStorage(self.data_dir / "logs")
         self.backend = build_backend(
             self.backend_kind,
             self.data_dir / "pods",

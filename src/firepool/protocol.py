@@ -222,6 +222,26 @@ class StopRequest(StrictModel):
     kill: bool = False
 
 
+class ResetRequest(StrictModel):
+    #: How long the reset waits for the broker to acknowledge the exited attempt's output
+    #: before removing it (0: not at all; what was not acknowledged is reported as lost).
+    await_logs_s: Annotated[float, Field(ge=0, le=600)] = 0.0
+
+
+class LogAck(StrictModel):
+    """The broker has stored each stream up to these byte offsets: the agent may drop them."""
+
+    stdout: Annotated[int, Field(ge=0)] = 0
+    stderr: Annotated[int, Field(ge=0)] = 0
+
+
+class LogAckResult(StrictModel):
+    attempt: str
+    acked: dict[str, int]
+    #: The attempt exited and every byte of its output is acknowledged.
+    complete: bool
+
+
 # --------------------------------------------------------------------------- reset / health
 
 
@@ -236,6 +256,9 @@ class ResetResult(StrictModel):
     files_removed: int = 0
     #: Steps that ran, in order, with their cost in milliseconds (for the benchmark tables).
     steps_ms: dict[str, float] = Field(default_factory=dict)
+    #: Per stream, bytes of the reset attempt's output the broker had not acknowledged when
+    #: the reset removed them (empty when every byte was acknowledged): an output loss.
+    logs_unacked: dict[str, int] = Field(default_factory=dict)
 
 
 class IsolationMode(StrEnum):
@@ -312,6 +335,10 @@ class AgentConfig(StrictModel):
     keep_caches: tuple[str, ...] = ()
     #: Upper bound for confirming every process is gone after SIGKILL.
     verify_timeout_s: float = 2.0
+    #: An agent that has heard nothing from its broker for this long ends its pod (every
+    #: process, then itself): a broker that will not come back leaves nothing running. None:
+    #: never (the pod outlives any silence).
+    broker_silence_s: Annotated[float, Field(gt=0)] | None = None
     #: Test hook: inject faults by name (`verify` makes every reset report unclean).
     faults: tuple[str, ...] = ()
     extra_env: dict[str, str] = Field(default_factory=dict)

@@ -12,7 +12,7 @@ from firepool.api.hooks import FinishedListener, NoHooks
 from firepool.model import PoolSpec
 from firepool.packages import DiskPackageStore
 from firepool.store import JobRecord, SqlJobStore
-from firepool.store.logs import FileLogStorage
+from firepool.store.logs import RankLogStorage
 from firepool.store.schema import jobs
 
 POOLS = [
@@ -51,7 +51,7 @@ class Api:
     url: str
     store: SqlJobStore
     packages: DiskPackageStore
-    logs: FileLogStorage
+    logs: RankLogStorage
     hooks: RecordingHooks
     alice: httpx.Client
     bob: httpx.Client

@@ -14,7 +14,7 @@ from firepool.api import create_app, issue_token
 from firepool.api.server import ServedApp
 from firepool.packages import DiskPackageStore
 from firepool.store import open_store
-from firepool.store.logs import FileLogStorage
+from firepool.store.logs import RankLogStorage
 
 
 class Switch:
@@ -44,7 +44,7 @@ def api(tmp_path: Path, server: tuple[ServedApp, Switch, httpx.HTTPTransport]) -
     served, switch, transport = server
     store = open_store(data_dir=tmp_path)
     packages = DiskPackageStore(tmp_path / "packages", max_bytes=256 * 1024)
-    logs = FileLogStorage(tmp_path / "logs")
+    logs = RankLogStorage(tmp_path / "logs")
     hooks = RecordingHooks()
     app = create_app(store, packages, POOLS, hooks=hooks, logs=logs, json_body_bytes=64 * 1024)
     switch.app = app

@@ -115,3 +115,23 @@ def test_logs_are_served_by_byte_range(api: Api) -> None:
     assert part["data"] == "llo" and part["next_offset"] == 5
     missing = api.alice.get(f"/v1/jobs/{job_id}/logs", params={"attempt": 3})
     assert missing.status_code == 404 and missing.json()["field"] == "attempt"
+
+
+def test_logs_of_another_rank_are_read_by_rank_and_checked_against_the_pods(api: Api) -> None:
+    job_id = api.alice.post("/v1/jobs", json=JOB).json()["id"]
+    api.logs.append_stream(job_id, 0, 0, "stdout", 0, b"rank zero\n")
+    api.logs.append_stream(job_id, 0, 1, "stderr", 0, b"rank one\n")
+    assert api.alice.get(f"/v1/jobs/{job_id}/logs").json()["data"] == "rank zero\n"
+    zero = api.alice.get(f"/v1/jobs/{job_id}/logs", params={"rank": 0}).json()
+    assert zero["data"] == "rank zero\n"  # rank 0 is the default, said or not
+    one = api.alice.get(f"/v1/jobs/{job_id}/logs", params={"rank": 1}).json()
+    assert (one["data"], one["size"]) == ("rank one\n", 9)
+    bad = api.alice.get(f"/v1/jobs/{job_id}/logs", params={"rank": -1})
+    assert bad.status_code == 422 and bad.json()["field"] == "rank"
+    job = api.store.get(job_id)
+    assert job is not None
+    api.store.start(job, [PodBinding(0, "cpu-1", AcquisitionPath.WARM, "no_own_pod")], now=5.0)
+    beyond = api.alice.get(f"/v1/jobs/{job_id}/logs", params={"rank": 1})
+    assert beyond.status_code == 404 and beyond.json()["field"] == "rank"
+    other = api.bob.get(f"/v1/jobs/{job_id}/logs", params={"rank": 1})
+    assert other.status_code == 404  # another caller's job stays invisible, whatever the rank

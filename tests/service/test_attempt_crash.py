@@ -32,7 +32,7 @@ def break_next_reset(broker: BrokerThread) -> None:
     runner = broker.embedded.broker.runner
     real = runner.reset
 
-    async def failing(lease: object) -> list[str]:
+    async def failing(lease: object, **kw: object) -> list[str]:
         runner.reset = real  # type: ignore[method-assign]
         raise RuntimeError("injected: the reset call broke inside the broker")
 

@@ -105,6 +105,10 @@ def test_sigkill_and_restart_loses_nothing_and_runs_nothing_twice(tmp_path: Path
                 json={"pool": "cpu", "command": ["python", "-c", body], "lease_tag": "b"},
             ).json()["id"]
             running = wait_state(bob, long, {"RUNNING"})
+            hold_until = {p["name"]: p for p in c.get("/v1/pods").json()["pods"]}[held][
+                "hold_until"
+            ]
+            assert hold_until is not None
             assert running["pods"][0]["name"] != held
             deadline = time.monotonic() + 30
             while bob.get(f"/v1/jobs/{long}").json()["timings"]["started"] is None:
@@ -122,6 +126,7 @@ def test_sigkill_and_restart_loses_nothing_and_runs_nothing_twice(tmp_path: Path
             assert runs == ["/run"]  # launched exactly once
             pods = {p["name"]: p for p in c.get("/v1/pods").json()["pods"]}
             assert pods[held]["state"] == "held" and pods[held]["owner"] == "local"
+            assert pods[held]["hold_until"] == hold_until  # its expiry, to the bit
             again = c.post("/v1/jobs", json={"pool": "cpu", "command": ["true"], "lease_tag": "a"})
             final = wait_state(c, again.json()["id"], TERMINAL)
             assert (final["state"], final["pods"][0]["name"]) == ("SUCCEEDED", held)
@@ -145,3 +150,51 @@ async def main():
         await backend.delete(pod.name)
 asyncio.run(main())
 """
+
+
+ONE = """
+[[pools]]
+name = "one"
+min_count = 1
+max_count = 1
+idle_timeout = 300.0
+"""
+
+
+def test_a_queued_job_survives_the_kill_and_runs_once(tmp_path: Path) -> None:
+    """The pool's one pod runs a job that waits for the test's word; a second job waits in the
+    queue behind it. After SIGKILL and restart, the first is re-attached and finishes, the
+    queued one then runs: each exactly once, both SUCCEEDED without a retry."""
+    from test_output_across_crash import Home
+
+    data = tmp_path / "data"
+    data.mkdir()
+    catalog = tmp_path / "pools.toml"
+    catalog.write_text(ONE)
+    home = Home()
+    body = ("import os, sys, time, urllib.request; base = sys.argv[1]; "
+            "a = os.environ['FIREPOOL_ATTEMPT']; urllib.request.urlopen(f'{base}/printed/' + a)\n"
+            "while urllib.request.urlopen(base + '/go/finish').status != 200: time.sleep(0.02)")
+    server = start_server(data, catalog)
+    try:
+        with client(data) as c:
+            first = c.post("/v1/jobs", json={"pool": "one", "command": ["python", "-c", body,
+                                                                      home.url]}).json()["id"]
+            home.wait_printed(f"{first}:0", 1)
+            queued = c.post("/v1/jobs", json={"pool": "one", "command": ["python", "-c", body,
+                                                                       home.url]}).json()["id"]
+            assert c.get(f"/v1/jobs/{queued}").json()["state"] == "QUEUED"
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+        server = start_server(data, catalog)
+        home.allow("finish")
+        with client(data) as c:
+            for job_id in (first, queued):
+                done = wait_state(c, job_id, TERMINAL, timeout=120)
+                assert (done["state"], done["retries"]) == ("SUCCEEDED", 0), done
+        assert dict(home.printed) == {f"{first}:0": 1, f"{queued}:0": 1}  # each ran once
+    finally:
+        home.server.shutdown()
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+        subprocess.run([sys.executable, "-c", _CLEANUP, str(data)], check=False, timeout=60)

@@ -87,6 +87,14 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    if config.broker_silence_s is not None:
+        orphaned = threading.Event()
+
+        def _watch() -> None:
+            agent.watch_broker(orphaned)
+            server.shutdown()  # serve_forever returns: the pod's processes end below
+
+        threading.Thread(target=_watch, name="broker-silence", daemon=True).start()
     logging.getLogger("firepool.agent").info(
         "serving on %s:%s (isolation %s, memory limit %s)",
         *server.server_address[:2],

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -47,6 +47,8 @@ from firepool.protocol import (
     LaunchMode,
     LaunchRequest,
     LaunchResponse,
+    LogAck,
+    LogAckResult,
     MemoryLimitMode,
     ResetResult,
     StopReason,
@@ -71,9 +73,13 @@ class Attempt:
     exit: ExitEvent | None = None
     launch: LaunchResponse | None = None
     timer: threading.Timer | None = None
+    #: Per stream, the byte offset up to which the broker has stored the output.
+    acked: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.exited = threading.Event()
+        #: Set once the attempt exited and the broker acknowledged all of its output.
+        self.logs_acked = threading.Event()
 
 
 class Agent:
@@ -136,6 +142,10 @@ class Agent:
         self.dirty = False
         self.unclean_reason: str | None = None
         self.healthy = True
+        #: When the broker (an authorised request) was last heard from.
+        self.last_contact = time.monotonic()
+        #: Cut off from the broker past the bound: nothing of the attempt is reported again.
+        self.fenced = False
         self.zygote = ZygoteClient(
             config.preload_modules, self._on_exit, self._on_zygote_death, started=zygote
         )
@@ -283,6 +293,8 @@ class Agent:
             cur = self.current
             if cur is not None and cur.request.attempt == req.attempt and cur.launch is not None:
                 return cur.launch.model_copy(update={"duplicate": True})
+            if self.fenced:
+                raise ConflictError("pod was cut off from its broker past its bound and is ending")
             if self.unclean_reason is not None:
                 raise ConflictError(f"pod is unclean and must be deleted: {self.unclean_reason}")
             if not self.healthy:
@@ -360,7 +372,12 @@ class Agent:
                 max_rss_kib=ev.maxrss_kib,
             )
             attempt.exited.set()
+            if not self._unacked(attempt):
+                attempt.logs_acked.set()  # nothing to keep for the broker
             event = attempt.exit
+            if self.fenced:
+                log.warning("exit of fenced attempt %s not reported", ev.attempt)
+                return
         self.events.push(event)
 
     def _oom_verdict(
@@ -444,10 +461,17 @@ class Agent:
 
     # ------------------------------------------------------------------ reset
 
-    def reset(self) -> ResetResult:
+    def reset(self, await_logs_s: float = 0.0) -> ResetResult:
+        """Kill, wipe and verify. The exited attempt's output is kept until the broker has
+        acknowledged it, up to `await_logs_s`; what it had not is reported in the result."""
         with self._op:
             with self._lock:
                 cur = self.current
+            unacked: dict[str, int] = {}
+            if cur is not None and cur.launch is not None:
+                if cur.exit is not None and await_logs_s > 0:
+                    cur.logs_acked.wait(await_logs_s)
+                unacked = self._unacked(cur)
             if cur is not None and cur.timer is not None:
                 cur.timer.cancel()
             if cur is not None and cur.exit is None:
@@ -479,6 +503,10 @@ class Agent:
                 detach=self.attacher.detach_all,
             )
             result = verified_reset(ctx)
+            if unacked:
+                result = result.model_copy(update={"logs_unacked": unacked})
+                log.warning("reset removed unacknowledged output of %s: %s",
+                            cur.request.attempt if cur else "?", unacked)
             if cur is not None and cur.exit is None:
                 cur.exited.wait(1.0)  # the zygote reports the leader's death
             with self._lock:
@@ -492,6 +520,65 @@ class Agent:
             if not result.clean:
                 log.warning("reset unclean after %.2f ms: %s", result.duration_ms, result.reason)
             return result
+
+    # ------------------------------------------------------------------ output
+
+    def ack_logs(self, attempt_id: str, ack: LogAck) -> LogAckResult:
+        """The broker stored the attempt's streams up to these offsets (never moves back)."""
+        cur = self._attempt(attempt_id)
+        with self._lock:
+            for stream in ("stdout", "stderr"):
+                cur.acked[stream] = max(cur.acked.get(stream, 0), getattr(ack, stream))
+            complete = cur.exit is not None and not self._unacked(cur)
+            if complete:
+                cur.logs_acked.set()
+            return LogAckResult(attempt=attempt_id, acked=dict(cur.acked), complete=complete)
+
+    def _unacked(self, cur: Attempt) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for stream in ("stdout", "stderr"):
+            try:
+                size = self.layout.log_file(cur.request.attempt, stream).stat().st_size
+            except OSError:
+                continue
+            if size > cur.acked.get(stream, 0):
+                out[stream] = size - cur.acked.get(stream, 0)
+        return out
+
+    # ------------------------------------------------------------------ broker silence
+
+    def touch(self) -> None:
+        """The broker spoke (any authorised request)."""
+        self.last_contact = time.monotonic()
+
+    def orphaned(self) -> bool:
+        """The broker has been silent longer than `broker_silence_s`: the pod must end."""
+        bound = self.config.broker_silence_s
+        return bound is not None and time.monotonic() - self.last_contact > bound
+
+    def watch_broker(self, end: threading.Event) -> None:
+        """Set `end` once the broker has been silent too long, or this agent was itself
+        stopped (SIGSTOP, a frozen VM: a partition seen from inside) for longer than the
+        bound, during which its broker will have declared the pod lost and run the attempt
+        elsewhere. The attempt is fenced first: its exit is never reported, and ending the
+        pod kills it (a daemon thread's body)."""
+        bound = self.config.broker_silence_s
+        if bound is None:
+            return
+        tick = min(max(bound / 4, 0.05), 5.0)
+        last = time.monotonic()
+        while not end.wait(tick):
+            now = time.monotonic()
+            stalled, last = now - last > bound, now
+            if stalled or self.orphaned():
+                with self._lock:
+                    self.fenced = True
+                log.warning(
+                    "%s for over %.1fs: ending the pod",
+                    "stopped" if stalled else "no word from the broker",
+                    bound,
+                )
+                end.set()
 
     # ------------------------------------------------------------------ shutdown
 

@@ -28,7 +28,14 @@ from firepool.model import (
     RequestValidationError,
     UnauthorizedError,
 )
-from firepool.protocol import AttemptPhase, LaunchRequest, StopReason, StopRequest
+from firepool.protocol import (
+    AttemptPhase,
+    LaunchRequest,
+    LogAck,
+    ResetRequest,
+    StopReason,
+    StopRequest,
+)
 
 log = logging.getLogger("firepool.agent")
 
@@ -133,6 +140,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if not self._authorized():
                 raise UnauthorizedError("missing or wrong pod secret", field="Authorization")
+            self.server.agent.touch()
             for pattern, fn in routes:
                 match = re.fullmatch(pattern, url.path)
                 if match:
@@ -165,6 +173,7 @@ class Handler(BaseHTTPRequestHandler):
             [
                 (r"/v1/attempts", self._launch),
                 (_ATTEMPT + r"/stop", self._stop),
+                (_ATTEMPT + r"/logs/ack", self._ack_logs),
                 (r"/v1/reset", self._reset),
             ]
         )
@@ -193,8 +202,12 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, self.server.agent.stop(attempt, req.grace_s, reason))
 
     def _reset(self, query: dict[str, list[str]]) -> None:
-        self._body()
-        self._json(200, self.server.agent.reset())
+        req = ResetRequest.model_validate(self._body())
+        self._json(200, self.server.agent.reset(await_logs_s=req.await_logs_s))
+
+    def _ack_logs(self, query: dict[str, list[str]], attempt: str) -> None:
+        ack = LogAck.model_validate(self._body())
+        self._json(200, self.server.agent.ack_logs(attempt, ack))
 
     def _logs(self, query: dict[str, list[str]], attempt: str) -> None:
         """Chunked stream of a log file from `offset`; with follow=1, until the attempt exits."""

@@ -26,7 +26,7 @@ from firepool.dashboard import routes as dashboard
 from firepool.model import PoolSpec
 from firepool.packages import PackageStore
 from firepool.store import JobStore
-from firepool.store.logs import FileLogStorage
+from firepool.store.logs import RankLogStorage
 
 API_VERSION = "1"
 
@@ -48,7 +48,7 @@ def create_app(
     if logs is None:
         if data_dir is None:
             raise ValueError("create_app needs a log source or a data directory")
-        logs = FileLogStorage(Path(data_dir) / "logs")
+        logs = RankLogStorage(Path(data_dir) / "logs")
     if callable(pools):
         catalog = pools
     else:

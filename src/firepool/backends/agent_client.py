@@ -20,6 +20,9 @@ from firepool.protocol import (
     Health,
     LaunchRequest,
     LaunchResponse,
+    LogAck,
+    LogAckResult,
+    ResetRequest,
     ResetResult,
     StopRequest,
     error_from_body,
@@ -106,9 +109,22 @@ class AgentClient:
             timeout=grace_s + 30.0,
         )
 
-    async def reset(self) -> ResetResult:
-        """Verified reset; `clean=False` means the pod must be deleted, never reused."""
-        return await self._call("POST", "/v1/reset", ResetResult, b"{}", timeout=60.0)
+    async def reset(self, *, await_logs_s: float = 0.0) -> ResetResult:
+        """Verified reset; `clean=False` means the pod must be deleted, never reused. The agent
+        keeps the exited attempt's output up to `await_logs_s` for its acknowledgement."""
+        if not await_logs_s:
+            return await self._call("POST", "/v1/reset", ResetResult, b"{}", timeout=60.0)
+        return await self._call(
+            "POST",
+            "/v1/reset",
+            ResetResult,
+            ResetRequest(await_logs_s=await_logs_s),
+            timeout=60.0 + await_logs_s,
+        )
+
+    async def ack_logs(self, attempt: str, ack: LogAck) -> LogAckResult:
+        """The broker stored the attempt's output up to these offsets."""
+        return await self._call("POST", f"/v1/attempts/{attempt}/logs/ack", LogAckResult, ack)
 
     async def logs(
         self, attempt: str, stream: str = "stdout", *, offset: int = 0, follow: bool = False

@@ -46,7 +46,7 @@ from firepool.agent.runtime import MARKER_VAR
 from firepool.backends.base import BackendCapabilities, BaseBackend, PodCreate, PodRecord
 from firepool.backends.gpus import discover
 from firepool.backends.gpus import fake_devices as make_fake_devices
-from firepool.model import ConfigError, PodRole, UnavailableError
+from firepool.model import ConfigError, PodRole, PoolSpec, UnavailableError
 from firepool.protocol import AgentConfig, Health, IsolationMode
 
 log = logging.getLogger("firepool.backends.local")
@@ -111,6 +111,7 @@ class LocalBackend(BaseBackend):
         pids_max: int | None = 4096,
         nofile: int | None = 65536,
         cpu_quota: bool = True,
+        broker_silence_s: float | Literal["keep-alive"] | None = None,
     ) -> None:
         """`volumes` maps a per-pod volume name to whether reset wipes it (True) or keeps it as
         a cache (False); each is `<pod>/volumes/<name>`, exported to jobs as
@@ -156,6 +157,16 @@ class LocalBackend(BaseBackend):
         self.pids_max = pids_max
         self.nofile = nofile
         self.cpu_quota = cpu_quota
+        if broker_silence_s not in (None, "keep-alive") and not (
+            isinstance(broker_silence_s, int | float) and broker_silence_s > 0
+        ):
+            raise ConfigError(
+                f"broker_silence_s {broker_silence_s!r}: seconds > 0, 'keep-alive' or None",
+                field="broker_silence_s",
+            )
+        #: How long a pod's agent waits for word from its broker before ending the pod:
+        #: "keep-alive" is the pool's keep-alive (idle_timeout), None never.
+        self.broker_silence_s = broker_silence_s
         #: Every uid this backend gave a pod (leftover checks look for processes of these).
         self.uids_handed_out: set[int] = set()
         self.python = python
@@ -394,6 +405,7 @@ class LocalBackend(BaseBackend):
             hide_paths=self.hide_paths,
             attach_roots=self.attach_roots,
             cpu_quota=pool.cpus_per_pod if self.cpu_quota and pool.cpus_per_pod > 0 else None,
+            broker_silence_s=silence_bound(self.broker_silence_s, pool),
             pids_max=self.pids_max,
             nofile=self.nofile,
         )
@@ -597,3 +609,16 @@ def _read_lines(path: Path) -> list[str]:
         return [line for line in path.read_text().splitlines() if line]
     except OSError:
         return []
+
+
+#: A broker restart takes seconds; a pool's keep-alive shorter than this is not a silence bound.
+MIN_BROKER_SILENCE_S = 30.0
+
+
+def silence_bound(setting: float | str | None, pool: PoolSpec) -> float | None:
+    """The agent's `broker_silence_s` for a pod of `pool`."""
+    if setting is None:
+        return None
+    if setting == "keep-alive":
+        return max(pool.idle_timeout, MIN_BROKER_SILENCE_S)
+    return float(setting)

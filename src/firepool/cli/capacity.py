@@ -1,6 +1,9 @@
-"""`firepool pods` and `firepool pools`: what the broker has warm, and what it may create."""
+"""`firepool pods` and `firepool pools`: what the broker has warm, and what it may create;
+`firepool pods prune` removes the pods of a broker that will not come back."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
@@ -15,12 +18,80 @@ from firepool.cli.common import (
     emit,
 )
 
+pods_app = typer.Typer(help="The broker's pods; `firepool pods prune` removes an old broker's.")
 
-def pods(
+
+@pods_app.callback(invoke_without_command=True)
+def pods_main(
+    ctx: typer.Context,
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     url: UrlOption = None,
     token: TokenOption = None,
+) -> None:
+    """List the broker's pods (owner, session and job shown only for your own)."""
+    if ctx.invoked_subcommand is None:
+        pods(output, as_json, url, token)
+
+
+@pods_app.command("prune")
+def prune(
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="The data directory of the broker that will not come back."
+    ),
+) -> None:
+    """Delete every local pod (agent, zygote, jobs, files) of a broker that will not come back.
+    Refused while a broker answers at the data directory's URL: it owns those pods."""
+    from firepool.client.config import default_data_dir
+
+    root = data_dir or default_data_dir()
+    with broker_errors():
+        removed = prune_pods(root)
+    typer.echo(f"removed {removed} pod(s) under {root / 'pods'}")
+
+
+def prune_pods(root: Path) -> int:
+    """The pods of the broker whose data directory is `root`, deleted; their count."""
+    import asyncio
+
+    import httpx
+
+    from firepool.backends.local import LocalBackend
+    from firepool.model import ConflictError, NotFoundError
+
+    url_file = root / "url"
+    if url_file.exists():
+        url = url_file.read_text().strip()
+        try:
+            httpx.get(f"{url}/healthz", timeout=5.0)
+        except httpx.HTTPError:
+            pass  # nobody answers: the broker is gone
+        else:
+            raise ConflictError(
+                f"a broker answers at {url} for {root}: stop it (or delete its pods with "
+                "`firepool serve --delete-pods`) instead",
+                field="data_dir",
+            )
+    pods_dir = root / "pods"
+    if not pods_dir.is_dir():
+        raise NotFoundError(f"no pods directory under {root}", field="data_dir")
+
+    async def delete_all() -> int:
+        backend = LocalBackend(pods_dir)
+        found = await backend.list_pods()
+        for pod in found:
+            await backend.delete(pod.name)
+        await backend.close()
+        return len(found)
+
+    return asyncio.run(delete_all())
+
+
+def pods(
+    output: Output = Output.TABLE,
+    as_json: bool = False,
+    url: str | None = None,
+    token: str | None = None,
 ) -> None:
     """List the broker's pods (owner, session and job shown only for your own)."""
     from firepool.cli.tables import pods_table
@@ -45,5 +116,5 @@ def pools(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(pods)
+    app.add_typer(pods_app, name="pods")
     app.command()(pools)

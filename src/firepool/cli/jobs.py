@@ -63,12 +63,15 @@ def logs(
     attempt: Annotated[
         int | None, typer.Option("--attempt", help="Only this attempt (0 is the first).")
     ] = None,
+    rank: Annotated[
+        int, typer.Option("--rank", min=0, help="This rank's output (0 is the first pod's).")
+    ] = 0,
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
     """Print a job's output (every attempt, in order)."""
     with connect(url, token) as client, broker_errors():
-        for chunk in client.logs(job_id, follow=follow, attempt=attempt):
+        for chunk in client.logs(job_id, follow=follow, attempt=attempt, rank=rank):
             sys.stdout.write(chunk)
             sys.stdout.flush()
 

@@ -84,7 +84,7 @@ ROUTES: dict[str, Route] = {
     "logs": Route(
         "GET",
         "/v1/jobs/{job_id}/logs",
-        query=frozenset({"attempt", "offset", "limit"}),
+        query=frozenset({"attempt", "offset", "limit", "rank"}),
         result=LogsOut,
     ),
     "upload_package": Route("POST", "/v1/packages", raw_body=True, result=PackageOut),
@@ -171,8 +171,12 @@ def list_jobs(
     return Call(call.method, call.path, JobListOut, params=tuple(params))
 
 
-def logs(job_id: str, *, attempt: int, offset: int, limit: int | None = None) -> Call[LogsOut]:
+def logs(
+    job_id: str, *, attempt: int, offset: int, limit: int | None = None, rank: int = 0
+) -> Call[LogsOut]:
     params: list[tuple[str, str | int]] = [("attempt", attempt), ("offset", offset)]
+    if rank:
+        params.append(("rank", rank))  # rank 0 is every server's default: leave it out
     if limit is not None:
         params.append(("limit", limit))
     call = _call("logs", LogsOut, job_id=job_id)

@@ -50,11 +50,13 @@ class LogCursor:
     attempt: int = 0
     only_attempt: bool = False
     offset: int = 0
+    #: Which rank's output (0: the first pod's, what a job of one pod prints).
+    rank: int = 0
     #: Output is watched by people: poll at least twice a second while a job is silent.
     backoff: Backoff = field(default_factory=lambda: Backoff(ceiling=0.5))
 
     def request(self) -> calls.Call[LogsOut]:
-        return calls.logs(self.job_id, attempt=self.attempt, offset=self.offset)
+        return calls.logs(self.job_id, attempt=self.attempt, offset=self.offset, rank=self.rank)
 
     def feed(self, page: LogsOut) -> Step:
         """Take one answer; the caller yields `page.data` (if any) and does the returned step."""

@@ -174,11 +174,13 @@ class Client(ClientBase):
         return self.wait(job.id, timeout=wait_timeout)
 
     def logs(
-        self, job_id: str, *, follow: bool = False, attempt: int | None = None
+        self, job_id: str, *, follow: bool = False, attempt: int | None = None, rank: int = 0
     ) -> Iterator[str]:
-        """The job's output as text chunks: every attempt in order (or only `attempt`). With
-        `follow`, keeps reading until the job is terminal."""
-        cursor = LogCursor(job_id, follow, attempt=attempt or 0, only_attempt=attempt is not None)
+        """The job's output as text chunks: every attempt in order (or only `attempt`), of
+        rank `rank` (0: the first pod). With `follow`, keeps reading until the job is terminal."""
+        cursor = LogCursor(
+            job_id, follow, attempt=attempt or 0, only_attempt=attempt is not None, rank=rank
+        )
         step = Step.READ
         while step is not Step.STOP:
             if step is Step.CHECK_JOB:

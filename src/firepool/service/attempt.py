@@ -12,9 +12,9 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from firepool.control.dispatch import AttemptEnd, Verdict
 from firepool.control.records import Lease, Ticket
@@ -23,6 +23,7 @@ from firepool.model import (
     JobKind,
     JobState,
     LostRaceError,
+    NotFoundError,
     Topology,
     UnavailableError,
 )
@@ -30,12 +31,14 @@ from firepool.protocol import (
     DependencyInstallFailedError,
     ExitEvent,
     LaunchRequest,
+    LogAck,
     PackageRef,
     RequirementsRef,
     StopReason,
 )
 from firepool.service.pods import PodManager
 from firepool.store import AsyncWrites, JobRecord, JobStore, PodBinding
+from firepool.store.logs import STREAMS, StreamOffsets
 
 log = logging.getLogger("firepool.service.attempt")
 
@@ -44,6 +47,21 @@ class LogSink(Protocol):
     """What the driver needs of log storage: appending an attempt's output as it arrives."""
 
     def append(self, job_id: str, retry: int, data: bytes) -> None: ...
+
+
+@runtime_checkable
+class RankLogSink(Protocol):
+    """A log storage that keeps every rank's streams resumable at byte offsets
+    (`store.logs.RankLogStorage`): with one, every rank is pumped, a re-attached attempt
+    resumes where the store stopped, and the agent is told what it may drop."""
+
+    def offsets(self, job_id: str, retry: int, rank: int) -> StreamOffsets: ...
+
+    def append_stream(
+        self, job_id: str, retry: int, rank: int, stream: str, offset: int, data: bytes
+    ) -> int: ...
+
+    def note(self, job_id: str, retry: int, rank: int, text: str) -> None: ...
 
 
 @dataclass
@@ -66,6 +84,8 @@ class Running:
     first_instruction: float | None = None
     log_pump: asyncio.Task[None] | None = None
     marking: asyncio.Task[None] | None = None
+    #: Pods whose agents stopped answering: never waited on again (stop, reset), deleted.
+    lost: set[str] = field(default_factory=set)
 
 
 class AttemptRunner:
@@ -123,8 +143,23 @@ class AttemptRunner:
         return await self._launch_and_wait(running)
 
     async def resume(self, running: Running) -> AttemptEnd:
-        """An attempt re-attached after a broker restart: wait for its exit."""
+        """An attempt re-attached after a broker restart: pump its output on from where the
+        log store stopped, and wait for its exit."""
+        self.start_log_pump(running)
         return await self._wait_exit(running)
+
+    def start_log_pump(self, running: Running) -> None:
+        """Copy the attempt's output into the log store while it runs: every rank's streams
+        with a rank-aware store, rank 0's otherwise (a store without offsets)."""
+        if running.log_pump is not None:
+            return
+        job, pods = running.job, running.lease.pods
+        if isinstance(self.logs, RankLogSink):
+            running.log_pump = asyncio.ensure_future(
+                self._pump_ranks(job, [p.name for p in pods], self.logs)
+            )
+        else:
+            running.log_pump = asyncio.ensure_future(self._pump_logs(job, pods[0].name))
 
     async def drain_logs(self, running: Running) -> None:
         if running.log_pump is not None:
@@ -159,7 +194,7 @@ class AttemptRunner:
         running.launched = True
         first = running.first_instruction = min(started)
         self.pods.spawn(self._record_start(job, first))
-        running.log_pump = asyncio.ensure_future(self._pump_logs(job, lease.pods[0].name))
+        self.start_log_pump(running)
         return await self._wait_exit(running)
 
     async def _record_start(self, job: JobRecord, at: float) -> None:
@@ -245,7 +280,8 @@ class AttemptRunner:
                     lost = await self._poll_exits(job, pending, silent)
                     if lost:
                         # An agent that stays unreachable has lost its pod: stop what is left
-                        # and end the attempt; the reset fails there, so the pod is deleted.
+                        # and end the attempt; the pod is not reset but deleted.
+                        running.lost.add(lost)
                         await self._stop_all(running)
                         return AttemptEnd(pod_lost=True, message=f"pod {lost} stopped answering")
                 if first_failure is None and not stopping and not running.cancel.is_set():
@@ -298,22 +334,44 @@ class AttemptRunner:
             with contextlib.suppress(FirepoolError, OSError):
                 await self.pods.agent(pod).stop(running.job.attempt, grace_s=grace, kill=kill)
 
-        await asyncio.gather(*(stop(p.name) for p in running.lease.pods))
+        pods = [p.name for p in running.lease.pods if p.name not in running.lost]
+        await asyncio.gather(*(stop(pod) for pod in pods))
 
     async def kill(self, running: Running) -> None:
         """Fault injection: SIGKILL every rank at once (the attempt then ends as KILLED)."""
         if running.launched:
             await self._stop_all(running, kill=True)
 
-    async def reset(self, lease: Lease) -> list[str]:
-        """Verified reset of every pod; any pod not confirmed clean is returned as unclean."""
+    async def reset(
+        self, lease: Lease, *, job: JobRecord | None = None, lost: Collection[str] = ()
+    ) -> list[str]:
+        """Verified reset of every pod; any pod not confirmed clean is returned as unclean.
+        With `job` (the attempt's), each agent keeps the attempt's output until the pump has
+        acknowledged it (at most `log_drain_s`), and output it removed unacknowledged is
+        recorded in that rank's log: a loss is never silent. Pods in `lost` (their agents
+        stopped answering) are not waited on: they are unclean."""
+        ranks = {p.name: rank for rank, p in enumerate(lease.pods)}
+        # Only a pump that acknowledges (a rank-aware store) is worth waiting for.
+        wait = self.log_drain_s if job is not None and isinstance(self.logs, RankLogSink) else 0.0
 
         async def reset(pod: str) -> str | None:
+            if pod in lost:
+                if job is not None and isinstance(self.logs, RankLogSink):
+                    await asyncio.to_thread(
+                        self.logs.note,
+                        job.id,
+                        job.retries,
+                        ranks[pod],
+                        f"output may be incomplete: pod {pod} stopped answering",
+                    )
+                return pod
             try:
-                result = await self.pods.agent(pod).reset()
+                result = await self.pods.agent(pod).reset(await_logs_s=wait)
             except (FirepoolError, OSError, KeyError) as exc:
                 log.warning("reset of %s failed: %r", pod, exc)
                 return pod
+            if job is not None and result.logs_unacked:
+                await self._record_loss(job, ranks[pod], result.logs_unacked)
             if not result.clean:
                 log.warning("pod %s reset unclean: %s", pod, result.reason)
                 return pod
@@ -360,6 +418,56 @@ class AttemptRunner:
             message=verdict.message,
         )
 
+    async def _record_loss(self, job: JobRecord, rank: int, unacked: dict[str, int]) -> None:
+        lost = ", ".join(f"{n} bytes of {s}" for s, n in sorted(unacked.items()))
+        log.warning("attempt %s rank %d: output lost at reset: %s", job.attempt, rank, lost)
+        if isinstance(self.logs, RankLogSink):
+            await asyncio.to_thread(
+                self.logs.note,
+                job.id,
+                job.retries,
+                rank,
+                f"output incomplete: the pod was reset before {lost} were stored",
+            )
+
+    async def _pump_ranks(self, job: JobRecord, pods: list[str], sink: RankLogSink) -> None:
+        """Every rank's stdout and stderr, each from the offset the store has (so a pump
+        re-started after a broker restart neither loses nor repeats a byte); once a rank's
+        streams end (the attempt exited), the agent is told what was stored."""
+
+        async def pump(rank: int, pod: str, stream: str) -> bool:
+            for tries in range(_PUMP_TRIES):
+                offset = (await asyncio.to_thread(sink.offsets, job.id, job.retries, rank)).of(
+                    stream
+                )
+                try:
+                    async for chunk in self.pods.agent(pod).logs(
+                        job.attempt, stream, offset=offset, follow=True
+                    ):
+                        offset = await asyncio.to_thread(
+                            sink.append_stream, job.id, job.retries, rank, stream, offset, chunk
+                        )
+                    return True
+                except NotFoundError:
+                    return False  # the attempt is gone from the pod (reset)
+                except (FirepoolError, OSError, KeyError) as exc:
+                    log.info("log stream %s of %s rank %d broke: %r", stream, job.attempt,
+                             rank, exc)
+                    await asyncio.sleep(_PUMP_BACKOFF_S * (tries + 1))
+            return False
+
+        async def rank_pump(rank: int, pod: str) -> None:
+            ended = await asyncio.gather(*(pump(rank, pod, s) for s in STREAMS))
+            if not all(ended):
+                return
+            have = await asyncio.to_thread(sink.offsets, job.id, job.retries, rank)
+            with contextlib.suppress(FirepoolError, OSError, KeyError):
+                await self.pods.agent(pod).ack_logs(
+                    job.attempt, LogAck(stdout=have.stdout, stderr=have.stderr)
+                )
+
+        await asyncio.gather(*(rank_pump(rank, pod) for rank, pod in enumerate(pods)))
+
     async def _pump_logs(self, job: JobRecord, pod: str) -> None:
         """Copy rank 0's output into the attempt's log file while it runs."""
 
@@ -375,6 +483,12 @@ class AttemptRunner:
                 log.info("log stream %s of %s ended: %r", stream, job.attempt, exc)
 
         await asyncio.gather(pump("stdout"), pump("stderr"))
+
+
+#: A broken log stream is followed again this many times (the agent restarting its listener,
+#: a dropped connection) before the pump gives up; the reset then records what was lost.
+_PUMP_TRIES = 5
+_PUMP_BACKOFF_S = 0.2
 
 
 def _topology(job: JobRecord) -> Topology:

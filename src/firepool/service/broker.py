@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import hmac
 import logging
@@ -179,6 +180,7 @@ class Broker:
             asyncio.create_task(self._reconcile_loop(), name="reconcile"),
             asyncio.create_task(self._hold_loop(), name="holds"),
             asyncio.create_task(self._elastic_loop(), name="elastic"),
+            asyncio.create_task(self._keepalive_loop(), name="keepalive"),
         ]
 
     async def close(self, *, delete_pods: bool = False) -> None:
@@ -479,7 +481,9 @@ class Broker:
 
     async def _finish(self, running: Running, end: AttemptEnd) -> None:
         await self.runner.drain_logs(running)
-        unclean = await self.runner.reset(running.lease)
+        unclean = await self.runner.reset(running.lease, job=running.job, lost=running.lost)
+        if running.log_pump is not None and not running.log_pump.done():
+            running.log_pump.cancel()  # a lost pod's stream: the reset recorded what was lost
         job_id = running.ticket.job
         self.running.pop(job_id, None)
         self.telemetry.attempt_ended(running, self.clock(), len(unclean))
@@ -602,6 +606,31 @@ class Broker:
                     self.act(actions)
             except Exception:
                 log.exception("elastic round failed")
+
+
+    # ------------------------------------------------------------------ keep-alive
+
+    def keepalive_s(self) -> float | None:
+        """How often every pod hears from this broker: a quarter of the shortest silence its
+        agents tolerate before ending their pods (None: they tolerate any)."""
+        from firepool.backends.local import silence_bound
+
+        setting = getattr(self.backend, "broker_silence_s", None)
+        bounds = [b for s in self.specs.values() if (b := silence_bound(setting, s)) is not None]
+        return max(min(bounds) / 4, 0.05) if bounds else None
+
+    async def _keepalive_loop(self) -> None:
+        period = self.keepalive_s()
+        if period is None:
+            return
+        while not self._closing:
+            await asyncio.sleep(period)
+
+            async def ping(name: str) -> None:
+                with contextlib.suppress(Exception):
+                    await self.pods.agent(name).health()
+
+            await asyncio.gather(*(ping(n) for n in list(self.pods.records)))
 
 
 def _placeholder(ticket: Ticket) -> JobRecord:

@@ -67,8 +67,8 @@ async def recover(broker: Broker) -> None:
     by_id = {job.id: job for job in stored}
     for job in plan.probe:
         record = by_id[job.ticket.job]
-        status = await _probe(broker, job)
-        if status is None:
+        statuses = await _probe_ranks(broker, job)
+        if statuses is None:
             count("attempt_lost").inc()
             broker.act(broker.core.recovery_lost(job.ticket, broker.clock()))
             continue
@@ -79,8 +79,9 @@ async def recover(broker: Broker) -> None:
         loop = asyncio.get_running_loop()
         for name in (b.pod for b in job.bindings):
             running.exits[name] = loop.create_future()
-        if status.exit is not None:
-            running.exits[job.bindings[0].pod].set_result(status.exit)
+        for binding, status in zip(job.bindings, statuses, strict=True):
+            if status.exit is not None:  # it finished during the outage: the agent kept it
+                running.exits[binding.pod].set_result(status.exit)
         broker.running[job.ticket.job] = running
         broker.pods.spawn(broker.reattach(running))
         count("attempt_reattached").inc()
@@ -91,16 +92,28 @@ async def recover(broker: Broker) -> None:
         log.info("recovered %d pods and %d running jobs", len(plan.restore), len(stored))
 
 
-async def _probe(broker: Broker, job: RunningJob) -> AttemptStatus | None:
-    """Rank 0's agent's word on the attempt, retried with backoff while the agent does not
-    answer; None when it does not know the attempt (never launched) or stays silent."""
-    pod = job.bindings[0].pod
+async def _probe_ranks(broker: Broker, job: RunningJob) -> list[AttemptStatus] | None:
+    """Every rank's agent's word on the attempt, in rank order, probed together; None when
+    one of them does not know the attempt or stays silent: the attempt cannot be confirmed
+    whole, so it is lost (its pods are released unclean and deleted, which ends whatever
+    still runs of it) and retried under a new attempt id within `max_retries`."""
+    answers = await asyncio.gather(*(_probe(broker, job, b.pod) for b in job.bindings))
+    if any(a is None for a in answers):
+        return None
+    return [a for a in answers if a is not None]
+
+
+async def _probe(broker: Broker, job: RunningJob, pod: str | None = None) -> AttemptStatus | None:
+    """One rank's (default: rank 0's) agent's word on the attempt, retried with backoff while
+    the agent does not answer; None when it does not know the attempt (never launched) or
+    stays silent."""
+    pod = pod or job.bindings[0].pod
     for attempt in range(PROBE_TRIES):
         try:
             return await broker.pods.agent(pod).status(job.ticket.attempt)
         except NotFoundError:
             return None
-        except FirepoolError:
+        except (FirepoolError, OSError):
             if attempt + 1 < PROBE_TRIES:
                 await asyncio.sleep(PROBE_BACKOFF_S * (attempt + 1))
     return None

@@ -22,7 +22,7 @@ from firepool.api.hooks import NoHooks
 from firepool.model import AcquisitionPath, ErrorCode, JobState, PoolSpec
 from firepool.packages import DiskPackageStore
 from firepool.store import JobRecord, PodBinding, SqlJobStore, open_store
-from firepool.store.logs import FileLogStorage
+from firepool.store.logs import RankLogStorage
 
 POOLS = (
     PoolSpec(name="cpu", max_count=4),
@@ -47,7 +47,7 @@ class LiveBroker:
     data_dir: Path
     store: SqlJobStore
     packages: DiskPackageStore
-    logs: FileLogStorage
+    logs: RankLogStorage
     tokens: dict[str, str]
     #: The API's hooks: `finish` tells them, as the dispatcher does, so long polls answer.
     hooks: NoHooks
@@ -108,7 +108,7 @@ def live_broker(
     """Install a fresh app over `data_dir` behind `switch` (already served at `url`)."""
     store = open_store(data_dir=data_dir)
     packages = DiskPackageStore(data_dir / "packages")
-    logs = FileLogStorage(data_dir / "logs")
+    logs = RankLogStorage(data_dir / "logs")
     hooks = NoHooks()
     switch.app = create_app(store, packages, list(pools), hooks=hooks, logs=logs)
     tokens = {name: issue_token(store, name) for name in callers}

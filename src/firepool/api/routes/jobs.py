@@ -129,10 +129,12 @@ async def job_logs(
     attempt: Annotated[int | None, Query(ge=0, le=1000)] = None,
     offset: Annotated[int, Query(ge=0, le=2**53)] = 0,
     limit: Annotated[int, Query(ge=1, le=4 * 1024 * 1024)] = 1024 * 1024,
+    rank: Annotated[int, Query(ge=0, le=4095)] = 0,
 ) -> Response:
-    """A byte range of one attempt's log (default: the current attempt). Poll with
-    `offset=next_offset` to follow a running job; `complete` says the log will not grow."""
-    refuse_unknown_query(request, {"attempt", "offset", "limit"})
+    """A byte range of one attempt's log (default: the current attempt) of one rank (default
+    0, the first pod). Poll with `offset=next_offset` to follow a running job; `complete` says
+    the log will not grow."""
+    refuse_unknown_query(request, {"attempt", "offset", "limit", "rank"})
     job, retry, chunk = await run_in_threadpool(
         lambda: service.read_logs(
             session.context,
@@ -141,6 +143,7 @@ async def job_logs(
             attempt=attempt,
             offset=offset,
             limit=limit,
+            rank=rank,
         )
     )
     next_offset = chunk.offset + len(chunk.data)

@@ -102,10 +102,28 @@ async def get_own_waiting(
 
 
 def read_logs(
-    context: ApiContext, caller: str, job_id: str, *, attempt: int | None, offset: int, limit: int
+    context: ApiContext,
+    caller: str,
+    job_id: str,
+    *,
+    attempt: int | None,
+    offset: int,
+    limit: int,
+    rank: int = 0,
 ) -> tuple[JobRecord, int, LogChunk]:
     job = get_own(context, caller, job_id)
     retry = job.retries if attempt is None else attempt
     if retry > job.retries:
         raise NotFoundError(f"job {job_id} has no attempt {retry}", field="attempt")
-    return job, retry, context.logs.read(job.id, retry, offset=offset, limit=limit)
+    if rank == 0:
+        return job, retry, context.logs.read(job.id, retry, offset=offset, limit=limit)
+    if retry == job.retries and job.pods and rank >= len(job.pods):
+        raise NotFoundError(
+            f"attempt {retry} of job {job_id} ran on {len(job.pods)} pod(s): no rank {rank}",
+            field="rank",
+        )
+    read_rank = getattr(context.logs, "read_rank", None)
+    if read_rank is None:
+        raise NotFoundError("this broker keeps the output of rank 0 only", field="rank")
+    chunk: LogChunk = read_rank(job.id, retry, rank, offset=offset, limit=limit)
+    return job, retry, chunk

@@ -227,7 +227,7 @@ def test_cancel_queued_and_running(broker: BrokerThread) -> None:
         broker.run(service.dispatch_once())
         (only,) = broker.call(lambda: [(p.job, p.state) for p in core.tracker.pool_pods("small")])
         assert only[0] == blocker and only[1] in (PodState.ASSIGNED, PodState.RUNNING)
-        assert broker.call(lambda: queued in core.core.queued and queued not in core.running)
+        assert broker.call(lambda: queued in core.queued and queued not in core.running)
         assert c.get(f"/v1/jobs/{queued}").json()["state"] == "QUEUED"
         assert c.post(f"/v1/jobs/{queued}/cancel").status_code == 200
         job = wait_job(c, queued)

@@ -51,6 +51,14 @@ def _cgroup_dirs(pod_dir: Path) -> list[str]:
         return []
 
 
+def needs(what: str) -> None:
+    """A host this test cannot run on: a skip on a developer's machine, a failure in CI (the
+    CI machines provide it, so its absence there is a broken set-up, not a reason to pass)."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and this host lacks {what}")
+    pytest.skip(f"needs {what}")
+
+
 def test_create_ready_delete_leaves_nothing() -> None:
     with backend_at("life") as (backend, loop, root):
         assert isinstance(backend, PodBackend)
@@ -223,9 +231,7 @@ def test_jobs_see_neither_other_pods_nor_pod_secrets() -> None:
         if not backend.capabilities.private_scratch:
             # A host without private mount namespaces cannot confine pods; CI machines have
             # them, so there the missing capability is a failure, not a skip.
-            if os.environ.get("CI") == "true":
-                pytest.fail("CI=true and this host gives pods no private mount namespace")
-            pytest.skip("needs a private mount namespace")
+            needs("private namespaces")
         a, client_a = loop.run(make_pod(backend, CPU))
         b, client_b = loop.run(make_pod(backend, CPU))
         assert loop.run(client_a.health()).confined
@@ -257,9 +263,7 @@ def test_pod_dir_under_tmp_still_gets_private_tmp_var_tmp_and_shm() -> None:
     backend = LocalBackend(root / "pods")
     try:
         if not backend.capabilities.private_scratch:
-            if os.environ.get("CI") == "true":
-                pytest.fail("CI=true and this host gives pods no private namespaces")
-            pytest.skip("needs private namespaces")
+            needs("private namespaces")
         marker = Path("/tmp") / f"host-file-{uuid.uuid4().hex[:8]}"
         marker.write_text("host")
         record, client = loop.run(make_pod(backend, CPU))
@@ -292,7 +296,7 @@ def test_hidden_paths_and_the_data_dir_are_invisible_to_jobs() -> None:
     # Outside /tmp and /var/tmp (a private pod gets fresh ones of those anyway), in a directory
     # every user may pass through, like a data dir under /srv or /var/lib.
     if not os.access("/var/lib", os.W_OK):
-        pytest.skip("needs a writable /var/lib")
+        needs("a writable /var/lib")
     data = Path("/var/lib") / new_root("datadir").name
     (data / "pods").mkdir(parents=True)
     (data / "firepool.db").write_text("every caller's jobs and token hashes")
@@ -301,9 +305,7 @@ def test_hidden_paths_and_the_data_dir_are_invisible_to_jobs() -> None:
     backend = LocalBackend(data / "pods")  # the data dir is hidden by default
     try:
         if not backend.capabilities.private_scratch:
-            if os.environ.get("CI") == "true":
-                pytest.fail("CI=true and this host gives pods no private namespaces")
-            pytest.skip("needs private namespaces")
+            needs("private namespaces")
         record, client = loop.run(make_pod(backend, CPU))
         code = f"""
         import os, json
@@ -370,7 +372,7 @@ def test_delete_keeps_a_pod_whose_processes_survive_and_retries() -> None:
     delete must say so and keep the pod instead of reporting success."""
     freezer = _freezer()
     if freezer is None:
-        pytest.skip("needs the cgroup v1 freezer")
+        needs("the cgroup v1 freezer")
     with backend_at("survive", verify_timeout_s=0.2) as (backend, loop, root):
         record, client = loop.run(make_pod(backend, CPU))
         job = loop.run(client.launch(LaunchRequest(attempt="f:0", argv=["sleep", "1000"])))
@@ -402,7 +404,7 @@ def test_an_attempts_checkpoint_dir_is_attached_alone_and_shared_across_pods() -
     """The checkpoint directory outlives pods: each attempt's pod (each with its own uid) sees
     its job's directory, writable, and none of the other jobs' directories beside it."""
     if not os.access("/var/lib", os.W_OK):
-        pytest.skip("needs a writable /var/lib")
+        needs("a writable /var/lib")
     data = Path("/var/lib") / new_root("attach").name
     (data / "pods").mkdir(parents=True)
     mine, other = data / "checkpoints" / "job-a", data / "checkpoints" / "job-b"

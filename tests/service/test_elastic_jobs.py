@@ -177,7 +177,6 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_an_injected_failure_kills_every_rank_and_the_job_resumes(tmp_path: Path) -> None:
     with running_broker(tmp_path / "b", catalog=slots(), config=config(
         failure_rate=0.0, failure_seed=1, round_s=1.0,

@@ -100,6 +100,12 @@ class Node:
         return [*args, f"--address={self.head}", "--block"]
 
 
+def wrap(argv: Sequence[str]) -> list[str]:
+    """The argv that runs `argv` as one rank of a Ray gang, in this very interpreter (so the
+    pod's warm interpreter can fork it)."""
+    return [sys.executable, "-m", "firepool.agent.ray_node", "--", *argv]
+
+
 def _ray() -> str:
     """The `ray` console script next to this interpreter (the pod's PATH may not have it)."""
     here = os.path.join(os.path.dirname(sys.executable), "ray")
@@ -143,7 +149,7 @@ def _reap() -> None:
 
 def alive_nodes(head: str) -> int:
     """How many nodes the head's GCS counts alive (a private Ray API, pinned by the extra)."""
-    from ray._raylet import GcsClient
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
     infos = GcsClient(address=head).get_all_node_info(timeout=5)
     return sum(1 for info in infos.values() if info.state == 0)  # GcsNodeState.ALIVE

@@ -67,9 +67,12 @@ def dispatch_pass(
                 reservations.close(req.job)
             continue
         result.waiting.append(outcome)
-        if reservations is not None and outcome.reason is WaitReason.NO_CAPACITY:
-            if reservations.holder(req.pool) is None:
-                reservations.open(req.job, req.pool, req.pods, now, job.order_key)
+        if (
+            reservations is not None
+            and outcome.reason is WaitReason.NO_CAPACITY
+            and reservations.holder(req.pool) is None
+        ):
+            reservations.open(req.job, req.pool, req.pods, now, job.order_key)
     if reservations is not None:
         for pool in list(reservations.by_pool):
             reservations.note_holding(pool, tracker.fresh_count(pool))

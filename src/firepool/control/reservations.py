@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from firepool.model import ConfigError
+
 
 @dataclass(frozen=True, slots=True)
 class ReservationRules:
@@ -35,10 +37,15 @@ class ReservationRules:
     min_pods: int = 2
 
     def __post_init__(self) -> None:
-        if self.hold_s <= 0 or self.rest_s < 0:
-            raise ValueError("hold_s must be positive and rest_s not negative")
+        if not self.hold_s > 0:
+            raise ConfigError("gang reservations: hold_s must be positive", field="hold_s")
+        if not self.rest_s >= 0:
+            raise ConfigError("gang reservations: rest_s must be >= 0", field="rest_s")
         if self.min_pods < 2:
-            raise ValueError("min_pods must be at least 2: a one-pod job never starves")
+            raise ConfigError(
+                "gang reservations: min_pods must be at least 2 (a one-pod job never starves)",
+                field="min_pods",
+            )
 
 
 @dataclass(slots=True)

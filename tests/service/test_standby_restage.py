@@ -1,9 +1,16 @@
-"""Standbys on real local pods with fake GPUs: a card whose founding pod is gone keeps its
-standby. The physical GPU group keeps the name of the pod that founded it; once that pod is
-deleted, the next standby must be pinned to the card through a live member of the group."""
+"""Standbys on real local pods with fake GPUs: promotion when the active pod's job ends, the
+per-GPU gate, and restaging. A card whose founding pod is gone keeps its standby: the physical
+GPU group keeps the name of the pod that founded it; once that pod is deleted, the next standby
+must be pinned to the card through a live member of the group.
+
+The gate is checked on real processes: the active pod's job leaves a detached grandchild
+holding a resource (a loopback port stands in for the card's memory, which fake GPUs lack),
+and the standby's job, claimed while the first still runs, fails unless it can take that
+resource: it may start only once the active pod's reset has killed everything of the job."""
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
 import time
@@ -102,10 +109,34 @@ class Gate:
     def open(self) -> None:
         self.state["open"] = True
 
-    def job(self) -> list[str]:
+    def job(self, port: int) -> list[str]:
+        """Leaves a detached grandchild holding `port` (what a job could leave on a card) for
+        as long as anything of it lives, waits for the switch, and exits."""
         return [sys.executable, "-c",
-                "import time, urllib.request\n"
-                f"while urllib.request.urlopen({self.url!r}).read() != b'go': time.sleep(0.02)"]
+                "import os, socket, time, urllib.request\n"
+                "r, w = os.pipe()\n"
+                "if os.fork() == 0:\n"
+                "    os.setsid()\n"
+                "    if os.fork() == 0:\n"
+                "        s = socket.socket(); s.bind(('127.0.0.1', "
+                f"{port})); s.listen()\n"
+                "        os.write(w, b'x'); time.sleep(600)\n"
+                "    os._exit(0)\n"
+                "os.read(r, 1)\n"
+                f"while urllib.request.urlopen({self.url!r}).read() != b'go': time.sleep(0.02)\n"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def takes(port: int) -> list[str]:
+    """The standby's job: fails if anything of the previous job still holds `port`."""
+    return [sys.executable, "-c",
+            f"import socket; s = socket.socket(); s.bind(('127.0.0.1', {port})); print('clean')"]
 
 
 def handover(broker: BrokerThread) -> str:
@@ -114,11 +145,12 @@ def handover(broker: BrokerThread) -> str:
     pod, which must be gone afterwards."""
     holder = broker.client("alice")
     gate = Gate()
-    first = submit(holder, pool="gpu", command=gate.job())
+    port = free_port()
+    first = submit(holder, pool="gpu", command=gate.job(port))
     wait_until("first job running", lambda: any(
         s is PodState.RUNNING for _n, _r, s, _g in pods(broker)))
     bob = broker.client("bob")
-    second = submit(bob, pool="gpu", command=[sys.executable, "-c", "pass"])
+    second = submit(bob, pool="gpu", command=takes(port))
     wait_until("second job claimed the standby", lambda: any(
         r is PodRole.STANDBY and s is PodState.ASSIGNED for _n, r, s, _g in pods(broker)))
     gate.open()
@@ -126,7 +158,9 @@ def handover(broker: BrokerThread) -> str:
     gate.server.shutdown()
     assert finished["state"] == "SUCCEEDED"
     done = wait_job(bob, second)
-    assert done["state"] == "SUCCEEDED"
+    # The gate held the standby's job until the card was clean: the port was free again.
+    assert done["state"] == "SUCCEEDED", done
+    assert "clean" in bob.get(f"/v1/jobs/{second}/logs").json()["data"]
     assert [p["acquisition"] for p in done["pods"]] == ["standby"]
     name: str = finished["pods"][0]["name"]
     return name

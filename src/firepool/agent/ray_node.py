@@ -33,7 +33,7 @@ from firepool.protocol import RayEnv
 #: nodes get that unless the job asks for more, so a pod's memory goes to the job.
 OBJECT_STORE_BYTES = 75 * 1024 * 1024
 #: The head waits this long for every rank to join before giving up (exit 70).
-JOIN_TIMEOUT_S = float(os.environ.get("FIREPOOL_RAY_JOIN_S", "180"))
+JOIN_TIMEOUT_S = 180.0
 #: A worker node whose head stopped answering this long ends.
 HEAD_GONE_S = 3.0
 EXIT_JOIN_FAILED = 70
@@ -119,7 +119,7 @@ def _ray_env() -> dict[str, str]:
     return env
 
 
-def kill_descendants(grace_s: float = 5.0) -> None:
+def kill_descendants(grace_s: float = 2.0) -> None:
     """SIGTERM every descendant (Ray's daemons were re-parented to us), then SIGKILL those
     still alive after `grace_s`; reaps them."""
     me = os.getpid()
@@ -148,7 +148,8 @@ def _reap() -> None:
 
 
 def alive_nodes(head: str) -> int:
-    """How many nodes the head's GCS counts alive (a private Ray API, pinned by the extra)."""
+    """How many nodes the head's GCS counts alive. A private Ray API (there is no public one
+    without a dashboard); tests/service/test_ray_gangs.py breaks if it changes."""
     from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
     infos = GcsClient(address=head).get_all_node_info(timeout=5)

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import socket
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from firepool.model import PodRole, PodState, PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
+from firepool.testing.switch import Switch
 
 GPU = PoolSpec(
     name="gpu",
@@ -85,45 +84,19 @@ def test_the_scaler_restages_a_standby_after_the_founding_pod_is_deleted(tmp_pat
         assert devices == {("GPU-0000",)}  # every pod on the one card
 
 
-class Gate:
-    """A loopback switch a job polls (a job sees no host files): closed until `open()`."""
-
-    def __init__(self) -> None:
-        state = self.state = {"open": False}
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = b"go" if state["open"] else b"wait"
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def open(self) -> None:
-        self.state["open"] = True
-
-    def job(self, port: int) -> list[str]:
-        """Leaves a detached grandchild holding `port` (what a job could leave on a card) for
-        as long as anything of it lives, waits for the switch, and exits."""
-        return [sys.executable, "-c",
-                "import os, socket, time, urllib.request\n"
-                "r, w = os.pipe()\n"
-                "if os.fork() == 0:\n"
-                "    os.setsid()\n"
-                "    if os.fork() == 0:\n"
-                "        s = socket.socket(); s.bind(('127.0.0.1', "
-                f"{port})); s.listen()\n"
-                "        os.write(w, b'x'); time.sleep(600)\n"
-                "    os._exit(0)\n"
-                "os.read(r, 1)\n"
-                f"while urllib.request.urlopen({self.url!r}).read() != b'go': time.sleep(0.02)\n"]
+def holds_port(switch: Switch, port: int) -> list[str]:
+    """Leaves a detached grandchild holding `port` (what a job could leave on a card) for as
+    long as anything of it lives, then waits for the switch and exits."""
+    return [sys.executable, "-c",
+            "import os, socket\n"
+            "r, w = os.pipe()\n"
+            "if os.fork() == 0:\n"
+            "    os.setsid()\n"
+            "    if os.fork() == 0:\n"
+            f"        s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen()\n"
+            "        os.write(w, b'x'); __import__('time').sleep(600)\n"
+            "    os._exit(0)\n"
+            "os.read(r, 1)\n" + switch.wait_code()]
 
 
 def free_port() -> int:
@@ -144,9 +117,9 @@ def handover(broker: BrokerThread) -> str:
     first ends, its pod retires, and the standby is promoted and runs. Returns the first job's
     pod, which must be gone afterwards."""
     holder = broker.client("alice")
-    gate = Gate()
+    gate = Switch()
     port = free_port()
-    first = submit(holder, pool="gpu", command=gate.job(port))
+    first = submit(holder, pool="gpu", command=holds_port(gate, port))
     wait_until("first job running", lambda: any(
         s is PodState.RUNNING for _n, _r, s, _g in pods(broker)))
     bob = broker.client("bob")
@@ -155,7 +128,7 @@ def handover(broker: BrokerThread) -> str:
         r is PodRole.STANDBY and s is PodState.ASSIGNED for _n, r, s, _g in pods(broker)))
     gate.open()
     finished = wait_job(holder, first)
-    gate.server.shutdown()
+    gate.close()
     assert finished["state"] == "SUCCEEDED"
     done = wait_job(bob, second)
     # The gate held the standby's job until the card was clean: the port was free again.

@@ -18,9 +18,7 @@ import argparse
 import socket
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from firepool.bench.common import machine, median, percentile, print_table, write_json
@@ -28,36 +26,9 @@ from firepool.model import PodRole, PodState, PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
+from firepool.testing.switch import Switch
 
 FIRST = "import time; print(repr(time.time()), flush=True)"
-
-
-class Switch:
-    """A loopback switch the holding job polls (a job sees no host files)."""
-
-    def __init__(self) -> None:
-        state = self.state = {"open": False}
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = b"go" if state["open"] else b"wait"
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def holder(self) -> list[str]:
-        return [sys.executable, "-c",
-                "import time, urllib.request\n"
-                f"while urllib.request.urlopen({self.url!r}).read() != b'go': time.sleep(0.01)\n"
-                "print(repr(time.time()), flush=True)"]
 
 
 def _pool(standbys: int) -> PoolSpec:
@@ -104,7 +75,8 @@ def handovers(standbys: int, count: int) -> list[dict[str, float]]:
             _wait("pool staged", lambda: [s for _r, s in _pods(broker)] == staged,
                   on_timeout=lambda: _pods(broker))
             switch = Switch()
-            first = submit(alice, pool="gpu", command=switch.holder())
+            first = submit(alice, pool="gpu",
+                           command=switch.job("print(repr(time.time()), flush=True)"))
             _wait("holder running", lambda: any(s is PodState.RUNNING for _r, s in _pods(broker)))
             second = submit(bob, pool="gpu", command=[sys.executable, "-c", FIRST])
             if standbys:
@@ -112,10 +84,10 @@ def handovers(standbys: int, count: int) -> list[dict[str, float]]:
                     r is PodRole.STANDBY and s is PodState.ASSIGNED for r, s in _pods(broker)))
             else:
                 time.sleep(0.5)  # the next job is queued behind the card
-            switch.state["open"] = True
+            switch.open()
             held = wait_job(alice, first, timeout=120)
             nxt = wait_job(bob, second, timeout=180)
-            switch.server.shutdown()
+            switch.close()
             if held["state"] != "SUCCEEDED" or nxt["state"] != "SUCCEEDED":
                 raise RuntimeError(f"handover failed: {held['state']}, {nxt['state']}")
             ended, began = _first_line(alice, first), _first_line(bob, second)

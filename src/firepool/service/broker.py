@@ -52,6 +52,7 @@ from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore, CoreConfig
 from firepool.control.dispatch import AttemptEnd
 from firepool.control.records import Ticket
+from firepool.control.reservations import ReservationRules
 from firepool.control.scaler import ScalerConfig
 from firepool.control.tracker import Tracker
 from firepool.model import JobKind, JobState, PodInfo, PoolSpec, PoolStats
@@ -77,6 +78,8 @@ class BrokerConfig:
     elastic: ElasticConfig = field(default_factory=ElasticConfig)
     scaler: ScalerConfig = field(default_factory=ScalerConfig)
     max_gpus_per_caller: int | None = None
+    #: Age-keyed gang reservations (control/reservations.py); None: off.
+    gang_reservations: ReservationRules | None = None
 
 
 def ticket_of(job: JobRecord) -> Ticket:
@@ -114,6 +117,7 @@ class Broker:
                 scaler=config.scaler,
                 max_gpus_per_caller=config.max_gpus_per_caller,
                 elastic=config.elastic.rules(),
+                gang_reservations=config.gang_reservations,
             ),
             start=clock(),
         )

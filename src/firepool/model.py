@@ -129,6 +129,7 @@ class ErrorCode(StrEnum):
     UNKNOWN_POOL = "UnknownPool"
     QUOTA = "QuotaExceeded"
     UNAVAILABLE = "Unavailable"
+    STORE_UNAVAILABLE = "StoreUnavailable"
     INTERNAL = "InternalError"
     # terminal job error classes
     NON_ZERO_EXIT = "NonZeroExit"
@@ -213,6 +214,21 @@ class QuotaExceededError(FirepoolError):
 
 class UnavailableError(FirepoolError):
     code = ErrorCode.UNAVAILABLE
+
+
+class StoreUnavailableError(UnavailableError):
+    """The database cannot take this request now (server down or restarting, connection
+    lost, SQLite locked by another writer, disk full). Nothing of the request was written
+    unless a retry finds it (a submission's `request_id`); `retry_after_s` is the broker's
+    hint, sent as `Retry-After`."""
+
+    code = ErrorCode.STORE_UNAVAILABLE
+
+    def __init__(
+        self, message: str, *, field: str | None = None, retry_after_s: float = 1.0
+    ) -> None:
+        super().__init__(message, field=field)
+        self.retry_after_s = retry_after_s
 
 
 # --------------------------------------------------------------------------- strict base

@@ -91,8 +91,19 @@ class PrivatePostgres(PrivateServer):
         self._as: list[str] = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         if self._as:
             shutil.chown(root, "postgres")
-        _run([*self._as, str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust",
-              "-U", "postgres", "--no-sync"])  # fmt: skip
+        _run(
+            [
+                *self._as,
+                str(PG_BIN / "initdb"),
+                "-D",
+                str(self.data),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+            ]
+        )
 
     @property
     def url(self) -> str:
@@ -108,12 +119,23 @@ class PrivatePostgres(PrivateServer):
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
             "-c max_connections=200"
         )
-        _run([*self._as, str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options,
-              "-l", str(self.root / "server.log"), "-w", "start"])  # fmt: skip
+        _run(
+            [
+                *self._as,
+                str(PG_BIN / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-o",
+                options,
+                "-l",
+                str(self.root / "server.log"),
+                "-w",
+                "start",
+            ]
+        )
 
     def _halt(self) -> None:
-        _run([*self._as, str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w",
-              "stop"])  # fmt: skip
+        _run([*self._as, str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"])
 
 
 class PrivateMariaDB(PrivateServer):
@@ -123,9 +145,16 @@ class PrivateMariaDB(PrivateServer):
         super().__init__(root)
         self.data = root / "data"
         self._process: subprocess.Popen[bytes] | None = None
-        _run([_which("mariadb-install-db", "mysql_install_db"), "--no-defaults",
-              f"--datadir={self.data}", f"--user={_user()}", "--skip-test-db",
-              "--auth-root-authentication-method=normal"])  # fmt: skip
+        _run(
+            [
+                _which("mariadb-install-db", "mysql_install_db"),
+                "--no-defaults",
+                f"--datadir={self.data}",
+                f"--user={_user()}",
+                "--skip-test-db",
+                "--auth-root-authentication-method=normal",
+            ]
+        )
 
     @property
     def url(self) -> str:
@@ -139,12 +168,21 @@ class PrivateMariaDB(PrivateServer):
     def _launch(self) -> None:
         with open(self.root / "server.log", "ab") as log:
             self._process = subprocess.Popen(
-                [_which("mariadbd", "mysqld"), "--no-defaults", f"--datadir={self.data}",
-                 f"--socket={self.root / 'mysql.sock'}", f"--port={self.port}",
-                 "--bind-address=127.0.0.1", f"--user={_user()}", "--skip-grant-tables",
-                 "--skip-log-bin", "--innodb-buffer-pool-size=16M",
-                 "--innodb-flush-log-at-trx-commit=0", "--max-connections=200",
-                 f"--pid-file={self.root / 'mysql.pid'}"],  # fmt: skip
+                [
+                    _which("mariadbd", "mysqld"),
+                    "--no-defaults",
+                    f"--datadir={self.data}",
+                    f"--socket={self.root / 'mysql.sock'}",
+                    f"--port={self.port}",
+                    "--bind-address=127.0.0.1",
+                    f"--user={_user()}",
+                    "--skip-grant-tables",
+                    "--skip-log-bin",
+                    "--innodb-buffer-pool-size=16M",
+                    "--innodb-flush-log-at-trx-commit=0",
+                    "--max-connections=200",
+                    f"--pid-file={self.root / 'mysql.pid'}",
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -168,8 +206,8 @@ def start_private(kind: str) -> PrivateServer:
     root = Path(tempfile.mkdtemp(prefix=f"firepool-{kind}-"))
     os.chmod(root, 0o755)
     try:
-        server: PrivateServer = PrivatePostgres(root) if kind == "postgresql" else (
-            PrivateMariaDB(root)
+        server: PrivateServer = (
+            PrivatePostgres(root) if kind == "postgresql" else (PrivateMariaDB(root))
         )
         server.start()
     except BaseException:

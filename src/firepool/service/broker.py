@@ -54,11 +54,12 @@ from firepool.control.dispatch import AttemptEnd
 from firepool.control.records import Ticket
 from firepool.control.scaler import ScalerConfig
 from firepool.control.tracker import Tracker
-from firepool.model import JobKind, JobState, PodInfo, PoolSpec, PoolStats
+from firepool.model import JobKind, JobState, PodInfo, PoolSpec, PoolStats, StoreUnavailableError
 from firepool.packages import PackageStore
 from firepool.protocol import ExitEvent
 from firepool.service.attempt import AttemptRunner, LogSink, Running
 from firepool.service.elastic import ElasticConfig, ElasticDriver
+from firepool.service.outage import until_stored
 from firepool.service.pods import PodManager
 from firepool.service.telemetry import BrokerTelemetry, HeldClock, held_counts
 from firepool.store import JobRecord, JobStore
@@ -417,6 +418,9 @@ class Broker:
             self._wake.clear()
             try:
                 await self.dispatch_once()
+            except StoreUnavailableError as err:
+                self._resync = True  # the queue read failed: read it again on the next pass
+                log.warning("dispatch pass without the store: %s", err)
             except Exception:
                 log.exception("dispatch pass failed")
 
@@ -508,7 +512,9 @@ class Broker:
         ticket = action.ticket
         running_job = ended
         if running_job is None or running_job.retries != ticket.retries:
-            running_job = await asyncio.to_thread(self.store.get, ticket.job)
+            running_job = await until_stored(
+                lambda: asyncio.to_thread(self.store.get, ticket.job), what=f"job {ticket.job}"
+            )
         if running_job is None:
             return
         final = await self.runner.record(running_job, action.verdict)
@@ -520,17 +526,22 @@ class Broker:
         self.act(self.core.verdict_recorded(ticket_of(final), final.state, self.clock()))
 
     async def _fail_queued(self, action: FailQueued) -> None:
-        job = await asyncio.to_thread(self.store.get, action.job)
+        job = await until_stored(
+            lambda: asyncio.to_thread(self.store.get, action.job), what=f"job {action.job}"
+        )
         self._forget(action.job)
         if job is None or job.state is not JobState.QUEUED:
             return
-        failed = await asyncio.to_thread(
-            self.store.finish,
-            job,
-            JobState.FAILED,
-            now=self.clock(),
-            error_class=action.error,
-            message=action.message,
+        failed = await until_stored(
+            lambda: asyncio.to_thread(
+                self.store.finish,
+                job,
+                JobState.FAILED,
+                now=self.clock(),
+                error_class=action.error,
+                message=action.message,
+            ),
+            what=f"the failure of queued job {action.job}",
         )
         self.job_finished(failed)
         self.telemetry.job_finished(job.spec.pool, JobState.FAILED, action.error)

@@ -26,6 +26,7 @@ from firepool.model import (
     PayloadTooLargeError,
     QuotaExceededError,
     RequestValidationError,
+    StoreUnavailableError,
     UnauthorizedError,
     UnavailableError,
     UnknownPoolError,
@@ -49,6 +50,7 @@ ERROR_CLASSES: dict[ErrorCode, type[FirepoolError]] = {
         UnknownPoolError,
         QuotaExceededError,
         UnavailableError,
+        StoreUnavailableError,
     )
 }
 

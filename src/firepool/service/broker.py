@@ -410,6 +410,7 @@ class Broker:
     # ------------------------------------------------------------------ dispatch
 
     async def _dispatch_loop(self) -> None:
+        store_down = False
         while not self._closing:
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.config.dispatch_tick_s)
@@ -420,9 +421,15 @@ class Broker:
                 await self.dispatch_once()
             except StoreUnavailableError as err:
                 self._resync = True  # the queue read failed: read it again on the next pass
-                log.warning("dispatch pass without the store: %s", err)
+                if not store_down:
+                    log.warning("dispatch passes wait for the store: %s", err)
+                store_down = True
+                continue
             except Exception:
                 log.exception("dispatch pass failed")
+            if store_down:
+                log.warning("dispatch passes read the store again")
+                store_down = False
 
     async def dispatch_once(self) -> None:
         if self._resync:

@@ -210,6 +210,9 @@ def start_private(kind: str) -> PrivateServer:
             PrivatePostgres(root) if kind == "postgresql" else (PrivateMariaDB(root))
         )
         server.start()
+    except (OSError, LookupError) as err:  # a binary, the postgres user or a port missing
+        shutil.rmtree(root, ignore_errors=True)
+        raise ServerError(f"cannot set up a private {kind} server: {err}") from err
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise

@@ -42,6 +42,7 @@ from typing import Literal
 
 from firepool.agent import isolation as iso
 from firepool.agent import procfs
+from firepool.agent.output import DEFAULT_MAX_BYTES
 from firepool.agent.runtime import MARKER_VAR
 from firepool.backends.base import BackendCapabilities, BaseBackend, PodCreate, PodRecord
 from firepool.backends.gpus import discover
@@ -112,6 +113,7 @@ class LocalBackend(BaseBackend):
         nofile: int | None = 65536,
         cpu_quota: bool = True,
         broker_silence_s: float | Literal["keep-alive"] | None = None,
+        max_output_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         """`volumes` maps a per-pod volume name to whether reset wipes it (True) or keeps it as
         a cache (False); each is `<pod>/volumes/<name>`, exported to jobs as
@@ -123,7 +125,8 @@ class LocalBackend(BaseBackend):
         (`JobEnv.CHECKPOINT_DIR`) is attached to its pod when it lies below one of
         `attach_roots` (default: `checkpoints` beside the backend root, the embedded broker's
         layout). `pids_max` and `nofile` cap each pod's processes and each process's open
-        files; `cpu_quota` turns the pool's `cpus_per_pod` into a CFS quota."""
+        files; `cpu_quota` turns the pool's `cpus_per_pod` into a CFS quota. A pod keeps at most
+        `max_output_bytes` of each stream of an attempt (`agent.output`)."""
         if uid_base < 1000 or uid_count < 1 or uid_base + uid_count > 2**32 - 2:
             raise ConfigError(
                 f"uid range {uid_base}+{uid_count} must lie in 1000 .. 2^32-2", field="uid_base"
@@ -155,6 +158,7 @@ class LocalBackend(BaseBackend):
             path.mkdir(mode=0o711, parents=True, exist_ok=True)  # agents open it at start
         self.attach_roots = tuple(str(Path(p).resolve()) for p in attach_roots)
         self.pids_max = pids_max
+        self.max_output_bytes = max_output_bytes
         self.nofile = nofile
         self.cpu_quota = cpu_quota
         if broker_silence_s not in (None, "keep-alive") and not (
@@ -406,6 +410,7 @@ class LocalBackend(BaseBackend):
             attach_roots=self.attach_roots,
             cpu_quota=pool.cpus_per_pod if self.cpu_quota and pool.cpus_per_pod > 0 else None,
             broker_silence_s=silence_bound(self.broker_silence_s, pool),
+            max_output_bytes=self.max_output_bytes,
             pids_max=self.pids_max,
             nofile=self.nofile,
         )

@@ -29,8 +29,10 @@ from firepool.testing.service import BrokerThread, running_broker, wait_job
 
 FAST = BrokerConfig(dispatch_tick_s=1.0, reconcile_s=1.0, hold_tick_s=0.2, exit_poll_s=0.5)
 
+#: One pod: a job queued behind the running one is dispatched, and its start committed, only
+#: once the running one has ended, which happens during the outage.
 CATALOG = Catalog(
-    (PoolSpec(name="cpu", min_count=1, max_idle_count=2, max_count=3, memory_mib_per_pod=512),),
+    (PoolSpec(name="cpu", min_count=1, max_idle_count=1, max_count=1, memory_mib_per_pod=512),),
     {"cpu": 4},
 )
 
@@ -84,7 +86,7 @@ def attempt_over(broker: BrokerThread, job_id: str) -> bool:
 
 
 def test_store_restart_loses_nothing_and_runs_nothing_twice(
-    server: PrivateServer, tmp_path: Path
+    server: PrivateServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     if not server.running:
         server.start()  # an earlier failure left it down
@@ -97,6 +99,7 @@ def test_store_restart_loses_nothing_and_runs_nothing_twice(
         try:
             job = sdk.submit("cpu", gate.command)
             until(lambda: sdk.get(job.id).state.value == "RUNNING", "the job to run")
+            behind = sdk.submit("cpu", ["true"])
 
             server.stop()
             refused = raw.post("/v1/jobs", json={"pool": "cpu", "command": ["true"]})
@@ -117,6 +120,8 @@ def test_store_restart_loses_nothing_and_runs_nothing_twice(
                 thread.start()
             time.sleep(1.0)  # both have met the 503 at least once
             assert not landed, "a submission succeeded while the store was down"
+            # The queued job got the freed pod: its start waits for the store too.
+            until(lambda: f"the start of {behind.id}:0" in caplog.text, "the queued job's start")
             server.start()
             for thread in threads:
                 thread.join(timeout=120)
@@ -128,10 +133,11 @@ def test_store_restart_loses_nothing_and_runs_nothing_twice(
             attempts = broker.embedded.store.attempts(job.id)
             assert [(a.id, a.state.value) for a in attempts] == [(f"{job.id}:0", "SUCCEEDED")]
 
-            for later in landed.values():
+            for later in [behind, *landed.values()]:
                 assert sdk.wait(later.id, timeout=120).state.value == "SUCCEEDED"
+                assert len(broker.embedded.store.attempts(later.id)) == 1  # ran once
             ids = sorted(j.id for j in sdk.list())
-            assert ids == sorted([job.id, *(j.id for j in landed.values())])  # none twice
+            assert ids == sorted([job.id, behind.id, *(j.id for j in landed.values())])
         finally:
             gate.close()
             raw.close()

@@ -23,7 +23,23 @@ import sqlalchemy as sa
 
 from firepool.store.scratch import reachable
 
-PG_BIN = Path(os.environ.get("FIREPOOL_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+def _pg_bin() -> Path:
+    """Where initdb and pg_ctl are: FIREPOOL_PG_BIN, else Debian's newest cluster version,
+    else the PATH."""
+    if "FIREPOOL_PG_BIN" in os.environ:
+        return Path(os.environ["FIREPOOL_PG_BIN"])
+    versions = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
+    )
+    if versions:
+        return versions[-1].parent
+    found = shutil.which("initdb")
+    return Path(found).parent if found else Path("/usr/lib/postgresql/15/bin")
+
+
+PG_BIN = _pg_bin()
 _START_TIMEOUT_S = 60.0
 
 

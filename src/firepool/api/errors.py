@@ -34,6 +34,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.FORBIDDEN_ENV: 422,
     ErrorCode.BAD_PACKAGE: 422,
     ErrorCode.UNKNOWN_POOL: 422,
+    ErrorCode.IMAGE_NOT_ALLOWED: 422,
     ErrorCode.UNAUTHORIZED: 401,
     ErrorCode.FORBIDDEN: 403,
     ErrorCode.NOT_FOUND: 404,

@@ -362,7 +362,11 @@ class LocalBackend(BaseBackend):
         an admitted job never queues for a pod this backend cannot make."""
         for pool in pools:
             for entry in pool.allowed_images:
-                where = self.environment(entry.rstrip("/"))
+                try:
+                    where = self.environment(entry.rstrip("/"))
+                except ConfigError as err:
+                    message = f"pool {pool.name}: {err.message}"
+                    raise ConfigError(message, field="local_images") from None
                 if not (where / "bin" / "python").exists():
                     raise ConfigError(
                         f"pool {pool.name}: image {entry!r}: {where} has no bin/python",

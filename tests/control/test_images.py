@@ -36,6 +36,8 @@ POOL = PoolSpec(
         ("registry.local:5000/team-evil:v1", False),  # a longer name is not below it
         ("registry.local:5001/team:v1", False),
         (f"ghcr.io/org/trainer@{D1}", True),  # the exact pinned image
+        (f"ghcr.io/org/trainer:v1@{D1}", True),  # the same image, with a tag as a label
+        (f"ghcr.io/org/other@{D1}", False),  # the digest in another repository
         (f"ghcr.io/org/trainer@{D2}", False),  # another digest of the same repository
         ("ghcr.io/org/trainer:v1", False),  # its tag may move: not the pinned image
         ("ghcr.io/org/trainer", False),

@@ -16,9 +16,11 @@ from firepool.model import ImageNotAllowedError, PoolSpec, image_repository
 def image_allowed(pool: PoolSpec, image: str) -> bool:
     """Whether `pool`'s allowlist admits `image` (an already well-formed reference)."""
     repository = image_repository(image)
+    digest = image.partition("@")[2]
     for entry in pool.allowed_images:
-        if "@" in entry:
-            if image == entry:
+        if "@" in entry:  # one image: its repository and digest (a tag beside them is a label)
+            pinned = (image_repository(entry), entry.partition("@")[2])
+            if digest and (repository, digest) == pinned:
                 return True
             continue
         prefix = entry.rstrip("/")

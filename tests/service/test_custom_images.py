@@ -10,14 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAST
 from test_end_to_end import gone, pod_of, py, settled
 
 from firepool.model import PoolSpec, TokenRole
+from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.testing.images import DIGEST, agent_environment
 from firepool.testing.service import BrokerThread, run, running_broker
 
+FAST = BrokerConfig(dispatch_tick_s=1.0, reconcile_s=1.0, hold_tick_s=0.2, exit_poll_s=0.5)
 TAGGED = "local/ml:v1"
 PINNED = f"local/ml@{DIGEST}"
 PREFIX = "print(__import__('sys').prefix)"

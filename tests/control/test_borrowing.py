@@ -1,0 +1,87 @@
+"""Borrowed capacity through the broker core: a grant lets the scaler create at once; a
+reclaim gives back one unit per unit asked, idle pods first (unheld before held), then the
+youngest job, whose attempt is retried as `Reclaimed` whatever its retries."""
+
+from __future__ import annotations
+
+from firepool.control.actions import StopAttempt, StopMode
+from firepool.control.borrowing import plan_giveback
+from firepool.control.core import CoreConfig
+from firepool.control.records import RetireReason
+from firepool.control.tracker import Tracker
+from firepool.model import ErrorCode, JobState, PodState
+from firepool.testing.control import gpu_pool, lease, ready_pods, request
+from firepool.testing.core_driver import StepDriver
+
+POOL = gpu_pool("gpu", min_count=0, max_idle_count=4, max_count=4, idle_timeout=1e6, step=4,
+                caller_hold_seconds=1e6)
+
+
+def test_the_plan_takes_unheld_idle_then_held_then_the_youngest_job() -> None:
+    t = Tracker([POOL])
+    ready_pods(t, "gpu", 4)
+    (a,) = [p.name for p in lease(t.claim(request("old", pool="gpu"), 1.0)).pods]
+    (b,) = [p.name for p in lease(t.claim(request("young", pool="gpu"), 2.0)).pods]
+    (c,) = [p.name for p in lease(t.claim(request("held", pool="gpu", caller="bob"), 3.0)).pods]
+    t.release("held", 4.0)  # c is held for bob
+    (d,) = [p.name for p in t.pool_pods("gpu") if p.name not in (a, b, c)]
+    started = {"old": 1.0, "young": 2.0}
+    plan = plan_giveback(1, [POOL], {"gpu": t.pool_pods("gpu")}, started)
+    assert (plan.retire, plan.preempt) == ((d,), ())
+    plan = plan_giveback(2, [POOL], {"gpu": t.pool_pods("gpu")}, started)
+    assert (plan.retire, plan.preempt) == ((d, c), ())
+    plan = plan_giveback(3, [POOL], {"gpu": t.pool_pods("gpu")}, started)
+    assert (plan.retire, plan.preempt, plan.freed) == ((d, c), ("young",), 3)
+    # What is already leaving is not given back twice.
+    plan = plan_giveback(3, [POOL], {"gpu": t.pool_pods("gpu")}, started, ["young"])
+    assert (plan.retire, plan.preempt) == ((d, c), ())
+    t.retire(d, RetireReason.RECLAIMED)
+    plan = plan_giveback(1, [POOL], {"gpu": t.pool_pods("gpu")}, started)
+    assert (plan.retire, plan.preempt, plan.short) == ((), (), 0)
+
+
+def test_a_grant_creates_pods_and_a_reclaim_gives_one_card_back_per_card() -> None:
+    floor = POOL.model_copy(update={"min_count": 2})
+    driver = StepDriver.of([floor], budgets={"H200": 0}, config=CoreConfig(elastic=None))
+    core = driver.core
+    driver.settle()
+    assert not core.tracker.pool_pods("gpu")  # no budget, no pod
+    driver.act(core.capacity_changed("H200", 2, driver.now))
+    assert len(driver.starting) == 2  # the grant reaches the scaler at once
+    driver.settle()
+    old = driver.submit("alice", "gpu", max_retries=0)
+    driver.tick()
+    young = driver.submit("bob", "gpu", max_retries=0)
+    assert core.ledger.used("H200") == 2
+    # The owner takes one card back: no idle pod is left, so the youngest job goes.
+    actions = core.capacity_changed("H200", 1, driver.now)
+    assert [a for a in actions if isinstance(a, StopAttempt)] == [
+        StopAttempt(young, StopMode.RECLAIM)
+    ]
+    driver.act(actions)
+    assert core.capacity_changed("H200", 1, driver.now) == []  # asked once, given once
+    driver.finish(driver.launched.index(young))
+    assert driver.verdicts[young] == [ErrorCode.RECLAIMED]  # retried though max_retries=0
+    assert [core.tracker.get(p) for p in driver.deleting][0].state is PodState.RETIRING
+    driver.deleted()
+    assert core.ledger.used("H200") == 1
+    driver.finish()  # the old job ends; its pod stays for its owner
+    driver.act(core.capacity_changed("H200", 2, driver.now))
+    driver.settle()
+    assert driver.finished == {old: JobState.SUCCEEDED, young: JobState.SUCCEEDED}
+    assert core.reclaimed == 1
+
+
+def test_a_reclaim_takes_an_idle_pod_before_any_job() -> None:
+    driver = StepDriver.of([POOL.model_copy(update={"min_count": 2})], budgets={"H200": 2},
+                           config=CoreConfig(elastic=None))
+    core = driver.core
+    driver.settle()
+    job = driver.submit("alice", "gpu")
+    (busy,) = core.tracker.job_pods(job)
+    actions = core.capacity_changed("H200", 1, driver.now)
+    assert not [a for a in actions if isinstance(a, StopAttempt)]
+    driver.act(actions)
+    assert len(driver.deleting) == 1 and driver.deleting[0] != busy
+    driver.settle()
+    assert driver.verdicts[job] == [None]

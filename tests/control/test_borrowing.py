@@ -62,7 +62,9 @@ def test_a_grant_creates_pods_and_a_reclaim_gives_one_card_back_per_card() -> No
     assert core.capacity_changed("H200", 1, driver.now) == []  # asked once, given once
     driver.finish(driver.launched.index(young))
     assert driver.verdicts[young] == [ErrorCode.RECLAIMED]  # retried though max_retries=0
-    assert [core.tracker.get(p) for p in driver.deleting][0].state is PodState.RETIRING
+    (leaving,) = driver.deleting
+    assert core.tracker.get(leaving).retire_after is RetireReason.RECLAIMED
+    assert core.tracker.get(leaving).state is PodState.RETIRING
     driver.deleted()
     assert core.ledger.used("H200") == 1
     driver.finish()  # the old job ends; its pod stays for its owner

@@ -25,7 +25,7 @@ from firepool.api.auth import issue_token
 from firepool.backends.base import PodBackend
 from firepool.backends.local import IsolationChoice, LocalBackend
 from firepool.control.budgets import BudgetLedger
-from firepool.model import ConfigError
+from firepool.model import ConfigError, TokenRole
 from firepool.packages.disk import DiskPackageStore
 from firepool.service.broker import Broker, BrokerConfig
 from firepool.service.catalog import Catalog, machine_catalog
@@ -184,9 +184,9 @@ class EmbeddedBroker:
             out.write(token + "\n")
         return token
 
-    def issue(self, caller: str) -> str:
+    def issue(self, caller: str, role: TokenRole = TokenRole.CALLER) -> str:
         """A token for another caller (tests and the demo act as several callers)."""
-        return issue_token(self.store, caller)
+        return issue_token(self.store, caller, role=role)
 
     async def __aexit__(
         self,

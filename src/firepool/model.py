@@ -109,6 +109,26 @@ class JobKind(StrEnum):
     ELASTIC = "elastic"
 
 
+class TokenRole(StrEnum):
+    """What a token may do: a `caller` submits and sees its own jobs and pods; an `admin`
+    also changes pools and sees every caller's pods in full."""
+
+    CALLER = "caller"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a token authenticates: the caller it acts for and the role it holds."""
+
+    caller: str
+    role: TokenRole = TokenRole.CALLER
+
+    @property
+    def admin(self) -> bool:
+        return self.role is TokenRole.ADMIN
+
+
 class ErrorCode(StrEnum):
     """Stable error classes: every error a caller can see carries one of these.
 
@@ -119,6 +139,7 @@ class ErrorCode(StrEnum):
     VALIDATION = "ValidationError"
     FORBIDDEN_ENV = "ForbiddenEnv"
     UNAUTHORIZED = "Unauthorized"
+    FORBIDDEN = "Forbidden"
     NOT_FOUND = "NotFound"
     CONFLICT = "Conflict"
     LOST_RACE = "LostRace"
@@ -178,6 +199,12 @@ class ForbiddenEnvError(FirepoolError):
 
 class UnauthorizedError(FirepoolError):
     code = ErrorCode.UNAUTHORIZED
+
+
+class ForbiddenError(FirepoolError):
+    """An authenticated token whose role does not allow the operation (nothing was changed)."""
+
+    code = ErrorCode.FORBIDDEN
 
 
 class NotFoundError(FirepoolError):

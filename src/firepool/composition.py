@@ -143,7 +143,7 @@ class EmbeddedBroker:
         app = create_app(
             self.store,
             self.packages,
-            self.catalog.pools,
+            self.broker.specs.values,  # live: an admin's pool edit shows at once
             hooks=self.broker,
             logs=logs,
             data_dir=self.data_dir,

@@ -52,6 +52,7 @@ from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore, CoreConfig
 from firepool.control.dispatch import AttemptEnd
 from firepool.control.records import Ticket
+from firepool.control.rollout import RolloutProgress
 from firepool.control.scaler import ScalerConfig
 from firepool.control.tracker import Tracker
 from firepool.model import JobKind, JobState, PodInfo, PoolSpec, PoolStats
@@ -395,6 +396,15 @@ class Broker:
 
     def metric_collectors(self) -> list[Collector]:
         return self.telemetry.collectors()
+
+    def apply_pool(self, spec: PoolSpec) -> PoolSpec:
+        """An admin's edit of a pool, through the core (a new template rolls the pods
+        over); the pods created from now on take the spec the core returns."""
+        self.act(self.core.set_pool(spec, self.clock()))
+        return self.specs[spec.name]
+
+    def rollouts(self) -> list[RolloutProgress]:
+        return [self.core.rollout(name) for name in self.specs]
 
     def progress_token_ok(self, attempt: str, token: str) -> bool:
         return self.elastic.token_matches(attempt, token)

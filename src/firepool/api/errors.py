@@ -34,6 +34,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.FORBIDDEN_ENV: 422,
     ErrorCode.BAD_PACKAGE: 422,
     ErrorCode.UNKNOWN_POOL: 422,
+    ErrorCode.CONFIG: 422,  # a pool spec a request carried (an admin's pool edit)
     ErrorCode.UNAUTHORIZED: 401,
     ErrorCode.FORBIDDEN: 403,
     ErrorCode.NOT_FOUND: 404,

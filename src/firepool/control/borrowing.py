@@ -36,6 +36,9 @@ class Giveback:
     short: int = 0
     #: Units this plan frees (what the owner gets back once the pods are gone).
     freed: int = 0
+    #: Units asked beyond what was already leaving: `freed` exceeds it only when the
+    #: youngest job holds several units.
+    need: int = 0
 
 
 @dataclass(slots=True)
@@ -102,7 +105,7 @@ def plan_giveback(
         preempt.append(job)
         retire.extend(companions.get(job, ()))
         freed += busy_jobs[job]
-    return Giveback(tuple(retire), tuple(preempt), max(0, need - freed), freed)
+    return Giveback(tuple(retire), tuple(preempt), max(0, need - freed), freed, max(0, need))
 
 
 def _units(spec: PoolSpec, pods: Sequence[Pod]) -> list[_Unit]:

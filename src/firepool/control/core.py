@@ -145,6 +145,8 @@ class BrokerCore:
         self._rolling: set[str] = set()  # pools with pods of an old template
         self._reclaiming: set[str] = set()  # jobs preempted to give borrowed capacity back
         self.reclaimed = 0  # attempts preempted that way
+        self.units_asked = 0  # units the owners asked back (beyond what was leaving anyway)
+        self.units_given = 0  # units the broker's give-back plans freed for them
 
     # ------------------------------------------------------------------ the queue
 
@@ -562,6 +564,8 @@ class BrokerCore:
                 {job: live.started for job, live in self.running.items()},
                 self._reclaiming,
             )
+            self.units_asked += giveback.need
+            self.units_given += giveback.freed
             for name in giveback.retire:
                 pod = tracker.get(name)
                 if pod is not None and tracker.retire(name, RetireReason.RECLAIMED):

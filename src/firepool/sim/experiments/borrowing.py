@@ -10,7 +10,9 @@ paper's default) and feeds each reading to the core, which grows the ledger's li
 back one card per card (idle pods first, then the youngest job, retried as `Reclaimed`).
 16 callers with no think time keep the broker wanting every card it may hold. A ceiling cycle
 publishes 8 cards, then withdraws them; an owner cycle publishes 8, then the owner asks for 8
-pods and places each on a free card. The venue is `local-cluster` (pods start in about 3 s,
+pods and places each on a free card. Given back per owner GPU is the units the core's give-back
+plans freed over the units they were asked for (beyond what was already leaving) in the
+cycle. The venue is `local-cluster` (pods start in about 3 s,
 closer to kwok's simulated nodes than production's 22 s).
 """
 
@@ -20,7 +22,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-from firepool.control.records import RetireReason
 from firepool.model import JobState, PodState, PoolSpec
 from firepool.sim.broker import JobRequest, SimBroker
 from firepool.sim.loop import EventLoop
@@ -86,8 +87,8 @@ def borrowing_cell(seed: int) -> dict[str, Any]:
             loop.after(POLL_S, poll)
 
     loop.after(rng.uniform(0.0, POLL_S), poll)  # the poll's phase is the broker's own
-    state: dict[str, Any] = {"over": 0, "reclaimed": set(), "borrow": [], "release": [],
-                             "owner_placed": [], "per_gpu": [], "mark": None, "kind": None}
+    state: dict[str, Any] = {"over": 0, "borrow": [], "release": [], "owner_placed": [],
+                             "per_gpu": [], "mark": None, "kind": None, "counts": (0, 0)}
 
     def live_pods() -> int:
         return sum(1 for p in broker.tracker.pool_pods(POOL.name)
@@ -102,9 +103,6 @@ def borrowing_cell(seed: int) -> dict[str, Any]:
             free -= 1
         if used + ctl.owner_placed > CLUSTER:
             state["over"] += 1
-        for p in broker.tracker.pool_pods(POOL.name):
-            if p.retire_after is RetireReason.RECLAIMED:
-                state["reclaimed"].add(p.name)
         mark, kind = state["mark"], state["kind"]
         if kind == "borrow" and live_pods() > OWN:
             state["borrow"].append(loop.now - mark)
@@ -126,14 +124,17 @@ def borrowing_cell(seed: int) -> dict[str, Any]:
         state["mark"], state["kind"] = loop.now, "release"
 
     def owner_asks(_: object = None) -> None:
-        state["reclaimed"] = set()
+        state["counts"] = (broker.core.units_asked, broker.core.units_given)
         ctl.unused = 0
         ctl.owner_wants = OWNER
         state["kind"] = None
 
     def owner_counts(_: object = None) -> None:
         state["owner_placed"].append(ctl.owner_placed)
-        state["per_gpu"].append(len(state["reclaimed"]) / OWNER)
+        asked0, given0 = state["counts"]
+        asked = broker.core.units_asked - asked0
+        if asked:
+            state["per_gpu"].append((broker.core.units_given - given0) / asked)
 
     def owner_leaves(_: object = None) -> None:
         ctl.owner_wants = ctl.owner_placed = 0

@@ -103,10 +103,12 @@ def rollout_cell(arm: str, seed: int) -> dict[str, Any]:
 
 
 def _overtakes(longest: JobStats | None, jobs: list[JobStats]) -> int:
-    """Jobs submitted after the longest waiter that started before it."""
+    """Jobs submitted after the longest waiter that started before it on a pod it could have
+    had (a caller's next job on its own held pod takes nothing from the waiter)."""
     if longest is None:
         return 0
-    return sum(1 for s in jobs if s.submitted > longest.submitted and s.launched < longest.launched)
+    return sum(1 for s in jobs if s.submitted > longest.submitted
+               and s.launched < longest.launched and "same_session" not in s.reasons)
 
 
 def run_rollout(out: str | Path, seeds: int = 10, workers: int | None = None,

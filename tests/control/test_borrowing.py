@@ -4,13 +4,16 @@ youngest job, whose attempt is retried as `Reclaimed` whatever its retries."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from firepool.control.actions import StopAttempt, StopMode
 from firepool.control.borrowing import plan_giveback
 from firepool.control.core import CoreConfig
 from firepool.control.records import RetireReason
 from firepool.control.tracker import Tracker
 from firepool.model import ErrorCode, JobState, PodState
-from firepool.testing.control import gpu_pool, lease, ready_pods, request
+from firepool.testing.control import cpu_pool, gpu_pool, lease, ready_pods, request
 from firepool.testing.core_driver import StepDriver
 
 POOL = gpu_pool("gpu", min_count=0, max_idle_count=4, max_count=4, idle_timeout=1e6, step=4,
@@ -87,3 +90,41 @@ def test_a_reclaim_takes_an_idle_pod_before_any_job() -> None:
     assert len(driver.deleting) == 1 and driver.deleting[0] != busy
     driver.settle()
     assert driver.verdicts[job] == [None]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    moves=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 7)), min_size=5, max_size=100),
+    gpu=st.booleans(),
+)
+def test_readings_in_any_order_fail_no_job_and_end_within_the_limit(
+    moves: list[tuple[int, int]], gpu: bool
+) -> None:
+    """Jobs allow no retries, so a reclaim that counted as a failure would fail one."""
+    pool = (gpu_pool if gpu else cpu_pool)(
+        "p", min_count=1, max_idle_count=2, max_count=6, idle_timeout=1e6, step=2)
+    resource = pool.budget_resource
+    driver = StepDriver.of([pool], budgets={resource: 1},
+                           config=CoreConfig(elastic=None, check_skips=True))
+    core = driver.core
+    limit = 1
+    for move, arg in moves:
+        driver.tick()
+        if move == 0:
+            driver.submit(f"caller-{arg % 3}", "p", max_retries=0)
+        elif move == 1:
+            driver.ready(arg)
+        elif move == 2:
+            driver.deleted(arg)
+        elif move == 3:
+            driver.finish(arg)
+        else:
+            limit = arg % 6
+            driver.act(core.capacity_changed(resource, limit, driver.now))
+        assert core.units_given == core.units_asked  # one unit per unit: 1-pod jobs
+        core.tracker.check_invariants()
+    final = max(limit, 1)
+    driver.settle(poll=lambda: core.capacity_changed(resource, final, driver.now))
+    assert all(state is JobState.SUCCEEDED for state in driver.finished.values())
+    assert set(driver.finished) == set(driver.tickets)
+    assert core.ledger.used(resource) <= final

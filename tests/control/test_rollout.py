@@ -80,7 +80,8 @@ def test_a_rollout_never_exceeds_the_cap_or_the_drain_budget_and_fails_no_job(
     pool = make("p", min_count=ceiling // 2, max_idle_count=ceiling, max_count=ceiling,
                 idle_timeout=1e6, step=2)
     driver = StepDriver.of(
-        [pool], config=CoreConfig(scaler=ScalerConfig(drain_budget=drain), elastic=None)
+        [pool], config=CoreConfig(scaler=ScalerConfig(drain_budget=drain), elastic=None,
+                             check_skips=True),
     )
     core = driver.core
     version = 1

@@ -145,7 +145,7 @@ class BrokerCore:
         self._rolling: set[str] = set()  # pools with pods of an old template
         self._reclaiming: set[str] = set()  # jobs preempted to give borrowed capacity back
         self.reclaimed = 0  # attempts preempted that way
-        self.units_asked = 0  # units the owners asked back (beyond what was leaving anyway)
+        self.units_asked = 0  # units asked back that could go (beyond what was leaving anyway)
         self.units_given = 0  # units the broker's give-back plans freed for them
 
     # ------------------------------------------------------------------ the queue
@@ -564,7 +564,9 @@ class BrokerCore:
                 {job: live.started for job, live in self.running.items()},
                 self._reclaiming,
             )
-            self.units_asked += giveback.need
+            # Units still starting are asked again next pass, when they can go: count what
+            # this pass could give, so given / asked above 1 is an over-release.
+            self.units_asked += giveback.need - giveback.short
             self.units_given += giveback.freed
             for name in giveback.retire:
                 pod = tracker.get(name)

@@ -5,7 +5,7 @@ arrives, so Hypothesis can explore the orders a real driver might produce."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from firepool.control.actions import (
@@ -123,10 +123,14 @@ class StepDriver:
     def tick(self) -> None:
         self.now += 1.0
 
-    def settle(self, steps: int = 2_000, step_s: float = 5.0) -> None:
+    def settle(self, steps: int = 2_000, step_s: float = 5.0,
+               poll: Callable[[], list[Action]] | None = None) -> None:
         """Let every pending outcome arrive, and time pass (holds expire or are broken),
-        until every job finished and nothing is left to do."""
+        until every job finished and nothing is left to do. `poll` runs every step (a
+        capacity source's reading, as the service polls it)."""
         for _ in range(steps):
+            if poll is not None:
+                self.act(poll())
             self.act([*self.core.tick(self.now), Dispatch(),
                       *(Reconcile(p) for p in self.core.specs)])
             idle = not (self.starting or self.deleting or self.launched)

@@ -94,7 +94,9 @@ def test_a_reclaim_takes_an_idle_pod_before_any_job() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    moves=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 7)), min_size=5, max_size=100),
+    # Submissions and pods outnumber endings, so readings often meet busy pods only.
+    moves=st.lists(st.tuples(st.sampled_from([0, 0, 0, 1, 1, 1, 2, 3, 4, 4]), st.integers(0, 7)),
+                   min_size=5, max_size=100),
     gpu=st.booleans(),
 )
 def test_readings_in_any_order_fail_no_job_and_end_within_the_limit(

@@ -51,6 +51,7 @@ def build_backend(
     fake_devices: Sequence[str] | None = None,
     faults: Sequence[str] = (),
     kubernetes: KubernetesSettings | None = None,
+    local_images: dict[str, str] | None = None,
 ) -> PodBackend:
     """The one place that chooses the pod backend (`firepool serve --backend`).
 
@@ -68,6 +69,7 @@ def build_backend(
         fake_devices=fake_devices,
         faults=faults,
         broker_silence_s="keep-alive",  # a broker that never comes back leaves nothing running
+        images=local_images,
     )
 
 
@@ -123,12 +125,15 @@ class EmbeddedBroker:
             fake_devices=self.fake_devices,
             faults=self.faults,
             kubernetes=self.kubernetes,
+            local_images=self.catalog.local_images if self.catalog is not None else None,
         )
         if self.catalog is None:
             models: dict[str, int] = {}
             for device in getattr(self.backend, "devices", ()):  # local GPUs; none on a cluster
                 models[device.model] = models.get(device.model, 0) + 1
             self.catalog = machine_catalog(models)
+        if isinstance(self.backend, LocalBackend):
+            self.backend.check_images(self.catalog.pools)
         self.broker = Broker(
             store=self.store,
             backend=self.backend,

@@ -148,6 +148,7 @@ class ErrorCode(StrEnum):
     BAD_PACKAGE = "BadPackage"
     CONFIG = "ConfigError"
     UNKNOWN_POOL = "UnknownPool"
+    IMAGE_NOT_ALLOWED = "ImageNotAllowed"
     QUOTA = "QuotaExceeded"
     UNAVAILABLE = "Unavailable"
     INTERNAL = "InternalError"
@@ -237,6 +238,12 @@ class UnknownPoolError(FirepoolError):
     code = ErrorCode.UNKNOWN_POOL
 
 
+class ImageNotAllowedError(FirepoolError):
+    """The job names an image that its pool's allowlist does not admit."""
+
+    code = ErrorCode.IMAGE_NOT_ALLOWED
+
+
 class QuotaExceededError(FirepoolError):
     code = ErrorCode.QUOTA
 
@@ -281,6 +288,37 @@ def _first_loc(err: ValidationError) -> tuple[str | None, str]:
     return loc, first["msg"]
 
 
+#: An image reference: a repository path, then an optional `:tag` or `@sha256:<digest>`.
+_IMAGE_REF = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._/-]*(:[0-9]+/[A-Za-z0-9._/-]+)?"  # registry port, then the path
+    r"(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[0-9a-f]{64})?$"
+)
+_IMAGE_PINNED = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def image_reference_problem(ref: str) -> str | None:
+    """Why `ref` is not an image reference (`repo[:tag][@sha256:<64 hex>]`), or None."""
+    if _IMAGE_REF.match(ref) is None:
+        return (
+            f"{ref!r} is not an image reference: expected repository[:tag] or "
+            "repository@sha256:<64 hex digits>"
+        )
+    return None
+
+
+def image_is_pinned(ref: str) -> bool:
+    """A reference pinned by digest names one immutable image; a tag may move."""
+    return _IMAGE_PINNED.search(ref) is not None
+
+
+def image_repository(ref: str) -> str:
+    """The repository of a reference, without its digest or tag (a registry port stays)."""
+    ref = ref.split("@", 1)[0]
+    slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    return ref[:colon] if colon > slash else ref
+
+
 class PoolSpec(StrictModel):
     """A hardware pool (SKU): one pod shape, one base image and the four scaling knobs.
 
@@ -307,6 +345,10 @@ class PoolSpec(StrictModel):
     max_gpus_per_caller: int | None = None
     template_version: int = 1
     preload_modules: tuple[str, ...] = ()
+    #: Custom images a job of this pool may name: exact digest-pinned references
+    #: (`repo@sha256:...`) or repository prefixes (`registry/team/trainer` admits that
+    #: repository at any tag or digest and every repository below it). Empty: none.
+    allowed_images: tuple[str, ...] = ()
 
     @model_validator(mode="wrap")
     @classmethod
@@ -344,6 +386,16 @@ class PoolSpec(StrictModel):
                 raise ConfigError(f"pool {self.name}: {field} must be >= 1", field=field)
         if self.step < 1:
             raise ConfigError(f"pool {self.name}: step must be >= 1", field="step")
+        for i, entry in enumerate(self.allowed_images):
+            bare = entry.rstrip("/")
+            problem = image_reference_problem(bare) if bare else "an empty entry"
+            if problem is None and "@" not in bare and bare != image_repository(bare):
+                problem = f"{entry!r} has a tag: allow a repository or a digest-pinned image"
+            if problem is not None:
+                raise ConfigError(
+                    f"pool {self.name}: allowed_images[{i}]: {problem}",
+                    field=f"allowed_images.{i}",
+                )
         if self.min_count > self.max_count:
             raise ConfigError(
                 f"pool {self.name}: min_count {self.min_count} exceeds max_count {self.max_count}",
@@ -602,10 +654,19 @@ class JobSpec(StrictModel):
                 )
         return env
 
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, image: str | None) -> str | None:
+        if image is not None:
+            problem = image_reference_problem(image)
+            if problem is not None:
+                raise PydanticCustomError("bad_image", problem, {})
+        return image
+
     @property
     def image_is_pinned(self) -> bool:
         """A digest-pinned custom image may be reused by its caller; a mutable tag may not."""
-        return self.image is not None and "@sha256:" in self.image
+        return self.image is not None and image_is_pinned(self.image)
 
 
 def attempt_id(job_id: str, retry: int) -> str:
@@ -637,6 +698,7 @@ class PodInfo:
     hold_until: float
     created_at: float
     isolation: str = ""
+    image: str | None = None  # a custom image; None: the pool's own
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from firepool.store.logs import RankLogStorage
 from firepool.store.schema import jobs
 
 POOLS = [
-    PoolSpec(name="cpu", max_count=4),
+    PoolSpec(name="cpu", max_count=4, allowed_images=("registry.local/team",)),
     PoolSpec(name="gpu", accelerator="fake", accelerators_per_pod=1),
 ]
 

@@ -21,6 +21,7 @@ from firepool.model import (
     FirepoolError,
     ForbiddenEnvError,
     ForbiddenError,
+    ImageNotAllowedError,
     InvalidTransitionError,
     LostRaceError,
     NotFoundError,
@@ -49,6 +50,7 @@ ERROR_CLASSES: dict[ErrorCode, type[FirepoolError]] = {
         BadPackageError,
         ConfigError,
         UnknownPoolError,
+        ImageNotAllowedError,
         QuotaExceededError,
         UnavailableError,
     )

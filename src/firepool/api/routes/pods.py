@@ -11,6 +11,10 @@ from firepool.api.schemas import PodList, PodView
 
 router = APIRouter(prefix="/v1/pods", tags=["pods"])
 
+#: What another caller sees of a custom-image pod: that it is not shared capacity, not whose
+#: image it runs.
+CUSTOM_IMAGE_HIDDEN = "custom"
+
 
 @router.get("", response_model=PodList, responses=errors(401), openapi_extra=AUTHED)
 async def list_pods(session: Authed) -> PodList:
@@ -38,6 +42,7 @@ def pod_views(session: Session) -> list[PodView]:
                 hold_until=pod.hold_until if mine and pod.hold_until else None,
                 created_at=pod.created_at,
                 isolation=pod.isolation or None,
+                image=pod.image if mine or pod.image is None else CUSTOM_IMAGE_HIDDEN,
             )
         )
     return out

@@ -49,6 +49,7 @@ class RolloutRun:
     job_s: tuple[float, float] = (2.0, 6.0)  # job bodies, uniform: our choice
     load_s: float = 30.0  # saturated load before the edit
     window_s: float = 120.0  # measured after the edit
+    settle_s: float = 300.0  # how long past the window a rollout may still converge
     seed: int = 0
 
 
@@ -76,7 +77,9 @@ async def _arm(run: RolloutRun, edit: bool, data_dir: Path) -> dict[str, Any]:
         seen = {"pods": 0, "retiring": 0, "converged": -1.0, "applied": -1.0}
 
         async def watch() -> None:
-            while time.time() < end:
+            # Past the window only to see a slow rollout finish (callers have stopped).
+            while time.time() < end or (edit and seen["converged"] < 0
+                                        and time.time() < end + run.settle_s):
                 pods = broker.tracker.pool_pods("cpu")
                 seen["pods"] = max(seen["pods"], len(pods))
                 seen["retiring"] = max(seen["retiring"], sum(

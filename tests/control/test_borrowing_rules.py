@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firepool.control.actions import StopAttempt, StopMode
-from firepool.control.borrowing import plan_giveback
+from firepool.control.borrowing import borrowed_limit, plan_giveback
 from firepool.control.core import CoreConfig
 from firepool.control.records import RetireReason
 from firepool.control.tracker import Tracker
@@ -130,3 +130,9 @@ def test_readings_in_any_order_fail_no_job_and_end_within_the_limit(
     assert all(state is JobState.SUCCEEDED for state in driver.finished.values())
     assert set(driver.finished) == set(driver.tickets)
     assert core.ledger.used(resource) <= final
+
+
+def test_a_reading_adds_to_the_own_budget_and_never_limits_an_unlimited_resource() -> None:
+    assert borrowed_limit(2, 3) == 5
+    assert borrowed_limit(0, 0) == 0
+    assert borrowed_limit(None, 4) is None

@@ -49,6 +49,13 @@ class _Unit:
     members: list[Pod] = field(default_factory=list)
 
 
+def borrowed_limit(own: int | None, borrowable: int) -> int | None:
+    """The ledger limit for a resource: the broker's own budget plus what it may borrow.
+    A resource the deployment does not limit stays unlimited: a reading can lend it nothing,
+    and must not turn it into a limited one."""
+    return None if own is None else own + borrowable
+
+
 def plan_giveback(
     over: int,
     pools: Iterable[PoolSpec],

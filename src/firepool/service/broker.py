@@ -48,6 +48,7 @@ from firepool.control.actions import (
     StopAttempt,
     StopMode,
 )
+from firepool.control.borrowing import borrowed_limit
 from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore, CoreConfig
 from firepool.control.dispatch import AttemptEnd
@@ -166,7 +167,7 @@ class Broker:
         self._held = HeldClock(clock())
         self.capacity = capacity
         # The budget this broker owns, per resource, before anything is borrowed.
-        self._own_budget: dict[str, int] = {}
+        self._own_budget: dict[str, int | None] = {}
         self._reading: dict[str, int] = {}  # the capacity source's last good reading
 
     @property
@@ -662,8 +663,10 @@ class Broker:
         now = self.clock()
         for resource in sorted(set(reading) | set(self._own_budget)):
             if resource not in self._own_budget:
-                self._own_budget[resource] = self.ledger.limit(resource) or 0
-            limit = self._own_budget[resource] + reading.get(resource, 0)
+                self._own_budget[resource] = self.ledger.limit(resource)
+            limit = borrowed_limit(self._own_budget[resource], reading.get(resource, 0))
+            if limit is None:
+                continue  # unlimited here: nothing to borrow
             self.act(self.core.capacity_changed(resource, limit, now))
 
     # ------------------------------------------------------------------ keep-alive

@@ -136,3 +136,24 @@ def test_a_reading_adds_to_the_own_budget_and_never_limits_an_unlimited_resource
     assert borrowed_limit(2, 3) == 5
     assert borrowed_limit(0, 0) == 0
     assert borrowed_limit(None, 4) is None
+
+
+def test_a_reclaim_never_uses_up_the_job_s_retries() -> None:
+    driver = StepDriver.of([POOL.model_copy(update={"min_count": 1})], budgets={"H200": 1},
+                           config=CoreConfig(elastic=None))
+    core = driver.core
+    driver.settle()
+    job = driver.submit("alice", "gpu", max_retries=1)
+    driver.act(core.capacity_changed("H200", 0, driver.now))  # reclaimed
+    driver.finish()
+    driver.deleted()
+    driver.act(core.capacity_changed("H200", 1, driver.now))
+    for _ in range(3):  # its pod comes back and the retry launches
+        driver.tick()
+        driver.ready()
+    driver.finish(exit_code=3)  # a real failure: its one retry
+    assert driver.verdicts[job] == [ErrorCode.RECLAIMED, ErrorCode.NON_ZERO_EXIT]
+    assert job not in driver.finished
+    driver.settle()  # the next attempt exits 0
+    assert driver.finished[job] is JobState.SUCCEEDED
+    assert driver.tickets[job].retries == 2

@@ -144,6 +144,9 @@ class BrokerCore:
         self._gpu_pools = frozenset(p.name for p in self.specs.values() if p.is_gpu)
         self._rolling: set[str] = set()  # pools with pods of an old template
         self._reclaiming: set[str] = set()  # jobs preempted to give borrowed capacity back
+        # Attempts of each unfinished job that ended Reclaimed: they bump the job's retry
+        # number but not its failures, so they never use up `max_retries`.
+        self._reclaims: dict[str, int] = {}
         self.reclaimed = 0  # attempts preempted that way
         self.units_asked = 0  # units asked back that could go (beyond what was leaving anyway)
         self.units_given = 0  # units the broker's give-back plans freed for them
@@ -343,7 +346,10 @@ class BrokerCore:
             self._reclaiming.discard(job)
             if verdict.state is not JobState.SUCCEEDED:
                 self.reclaimed += 1
+                self._reclaims[job] = self._reclaims.get(job, 0) + 1
                 verdict = reclaimed_verdict(end)
+        if not verdict.retry:
+            self._reclaims.pop(job, None)
         actions.append(RecordVerdict(live.ticket, verdict))
         actions.append(Reconcile(pool))  # restage standbys, retire, refill floors
         actions.append(DISPATCH)
@@ -352,7 +358,8 @@ class BrokerCore:
     def _judge(self, ticket: Ticket, end: AttemptEnd) -> Verdict:
         if ticket.spec.kind is _ELASTIC and self.elastic is not None:
             return self.elastic.judge(ticket, end)
-        return judge(end, ticket.retries, ticket.spec.max_retries)
+        failures = ticket.retries - self._reclaims.get(ticket.job, 0)
+        return judge(end, failures, ticket.spec.max_retries)
 
     def _released(self, released: ReleaseResult) -> list[Action]:
         actions: list[Action] = [HoldPod(pod, until) for pod, until in released.held]

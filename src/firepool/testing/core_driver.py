@@ -113,11 +113,11 @@ class StepDriver:
             self.act(self.core.pod_deleted(self.deleting.pop(index % len(self.deleting)),
                                            self.now))
 
-    def finish(self, index: int = 0) -> None:
-        """One launched attempt exits (0, unless the core stopped it)."""
+    def finish(self, index: int = 0, exit_code: int = 0) -> None:
+        """One launched attempt exits (with `exit_code`, unless the core stopped it)."""
         if self.launched:
             job = self.launched.pop(index % len(self.launched))
-            end = self.stopped.pop(job, AttemptEnd(exit_code=0))
+            end = self.stopped.pop(job, AttemptEnd(exit_code=exit_code))
             self.act(self.core.attempt_over(job, end, (), self.now))
 
     def tick(self) -> None:

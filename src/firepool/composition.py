@@ -28,6 +28,7 @@ from firepool.control.budgets import BudgetLedger
 from firepool.model import ConfigError, TokenRole
 from firepool.packages.disk import DiskPackageStore
 from firepool.service.broker import Broker, BrokerConfig
+from firepool.service.capacity import CapacitySource
 from firepool.service.catalog import Catalog, machine_catalog
 from firepool.service.tuning import tune_gc_for_serving
 from firepool.store import SqlJobStore, open_store
@@ -90,8 +91,10 @@ class EmbeddedBroker:
         tune_gc: bool = False,
         backend: BackendKind = "local",
         kubernetes: KubernetesSettings | None = None,
+        capacity: CapacitySource | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.capacity = capacity
         self.store_url = store_url
         self.store_options = dict(store_options or {})
         self.catalog = catalog
@@ -144,11 +147,12 @@ class EmbeddedBroker:
                 max_gpus_per_caller=self.catalog.max_gpus_per_caller,
             ),
             checkpoint_root=self.data_dir / "checkpoints",
+            capacity=self.capacity,
         )
         app = create_app(
             self.store,
             self.packages,
-            self.catalog.pools,
+            self.broker.specs.values,  # live: an admin's pool edit shows at once
             hooks=self.broker,
             logs=logs,
             data_dir=self.data_dir,

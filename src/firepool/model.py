@@ -165,6 +165,9 @@ class ErrorCode(StrEnum):
     UNSCHEDULABLE = "Unschedulable"  # an elastic job no configuration of which can ever run
     # the error class of an elastic attempt the round policy ended to resize or preempt it
     PREEMPTED = "Preempted"
+    # an attempt stopped because the borrowed capacity it ran on went back to its owner:
+    # always retried, never counted against `max_retries`
+    RECLAIMED = "Reclaimed"
 
 
 # --------------------------------------------------------------------------- errors

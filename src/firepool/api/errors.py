@@ -35,6 +35,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.FORBIDDEN_ENV: 422,
     ErrorCode.BAD_PACKAGE: 422,
     ErrorCode.UNKNOWN_POOL: 422,
+    ErrorCode.CONFIG: 422,  # a pool spec a request carried (an admin's pool edit)
     ErrorCode.IMAGE_NOT_ALLOWED: 422,
     ErrorCode.UNAUTHORIZED: 401,
     ErrorCode.FORBIDDEN: 403,

@@ -21,7 +21,7 @@ from typing import Any, TypeVar, Unpack
 import httpx
 from pydantic import BaseModel
 
-from firepool.api.schemas import JobOut, PodView, ProgressIn, ProgressOut
+from firepool.api.schemas import JobOut, PodView, PoolListOut, PoolOut, ProgressIn, ProgressOut
 from firepool.client import calls
 from firepool.client.base import DEFAULT_RETRY_S, DEFAULT_TIMEOUT, ClientBase, is_digest
 from firepool.client.errors import WaitTimeoutError, unreachable
@@ -220,6 +220,14 @@ class AsyncClient(ClientBase):
     # ------------------------------------------------------------------ capacity
     async def pools(self) -> builtins.list[PoolSpec]:
         return (await self._send(calls.pools())).pools
+
+    async def pool_status(self) -> PoolListOut:
+        """The pools and each one's template rollout progress."""
+        return await self._send(calls.pools())
+
+    async def apply_pool(self, spec: PoolSpec) -> PoolOut:
+        """Change a pool (admin tokens only); a changed template rolls its pods over."""
+        return await self._send(calls.apply_pool(spec))
 
     async def pods(self) -> builtins.list[PodView]:
         return (await self._send(calls.pods())).pods

@@ -26,11 +26,12 @@ from firepool.api.schemas import (
     PackageOut,
     PodList,
     PoolListOut,
+    PoolOut,
     ProgressIn,
     ProgressOut,
 )
 from firepool.client.errors import error_from_response
-from firepool.model import ElasticSpec, JobKind, JobSpec, JobState, Topology
+from firepool.model import ElasticSpec, JobKind, JobSpec, JobState, PoolSpec, Topology
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -90,6 +91,7 @@ ROUTES: dict[str, Route] = {
     ),
     "upload_package": Route("POST", "/v1/packages", raw_body=True, result=PackageOut),
     "pools": Route("GET", "/v1/pools", result=PoolListOut),
+    "apply_pool": Route("PUT", "/v1/pools/{name}", body=PoolSpec, result=PoolOut),
     "pods": Route("GET", "/v1/pods", result=PodList),
 }
 
@@ -210,6 +212,11 @@ def upload_package(data: bytes) -> Call[PackageOut]:
 
 def pools() -> Call[PoolListOut]:
     return _call("pools", PoolListOut)
+
+
+def apply_pool(spec: PoolSpec) -> Call[PoolOut]:
+    call = _call("apply_pool", PoolOut, name=spec.name)
+    return Call(call.method, call.path, PoolOut, json=spec.model_dump(mode="json"))
 
 
 def pods() -> Call[PodList]:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, Unpack
 import httpx
 from pydantic import BaseModel
 
-from firepool.api.schemas import JobOut, PodView, ProgressIn, ProgressOut
+from firepool.api.schemas import JobOut, PodView, PoolListOut, PoolOut, ProgressIn, ProgressOut
 from firepool.client import calls
 from firepool.client.base import DEFAULT_RETRY_S, DEFAULT_TIMEOUT, ClientBase, is_digest
 from firepool.client.errors import WaitTimeoutError, unreachable
@@ -218,6 +218,14 @@ class Client(ClientBase):
     # ------------------------------------------------------------------ capacity
     def pools(self) -> builtins.list[PoolSpec]:
         return self._send(calls.pools()).pools
+
+    def pool_status(self) -> PoolListOut:
+        """The pools and each one's template rollout progress."""
+        return self._send(calls.pools())
+
+    def apply_pool(self, spec: PoolSpec) -> PoolOut:
+        """Change a pool (admin tokens only); a changed template rolls its pods over."""
+        return self._send(calls.apply_pool(spec))
 
     def pods(self) -> builtins.list[PodView]:
         return self._send(calls.pods()).pods

@@ -413,14 +413,14 @@ class SimBroker:
             return
         if action.mode is StopMode.GRACEFUL:
             end = AttemptEnd(exit_code=0)
-        elif action.mode is StopMode.KILL:
+        elif action.mode in (StopMode.KILL, StopMode.RECLAIM):
             end = AttemptEnd(exit_code=-9, signal=9)
         else:
             end = AttemptEnd(cancelled=True)
         work = self.elastic_work.get(job)
         if work is not None and work.since >= 0.0:
             trained = self.loop.now - work.since
-            if action.mode is StopMode.KILL:  # only what the last checkpoint saved
+            if action.mode is not StopMode.GRACEFUL:  # only what the last checkpoint saved
                 trained = (trained // CHECKPOINT_S) * CHECKPOINT_S
             if action.mode is not StopMode.CANCEL:
                 work.done = min(work.total, work.done + trained * work.rate)
@@ -435,6 +435,16 @@ class SimBroker:
             record, JobState.FAILED, now=self.loop.now, error_class=action.error,
             message=action.message,
         )
+
+    # ---------------------------------------------------------------- operator and controller
+    def set_pool(self, spec: PoolSpec) -> None:
+        """An operator applied a changed catalog entry (a template rollout, if it is one)."""
+        self._act(self.core.set_pool(spec, self.loop.now))
+
+    def capacity(self, resource: str, limit: int | None) -> None:
+        """A capacity controller's reading, as the service's poll feeds it."""
+        self._act(self.core.capacity_changed(resource, limit, self.loop.now))
+        self.backend.hold(self.ledger.total_used())
 
     def _tick(self, _: object = None) -> None:
         self._act(self.core.tick(self.loop.now))

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from firepool.agent import ray_node
 from firepool.agent.ray_node import Node
 from firepool.model import Topology
 from firepool.protocol import RayEnv
@@ -55,3 +58,14 @@ def test_free_ports_are_distinct() -> None:
     ports = free_ports(50)
     assert len(set(ports)) == 50
 
+
+
+def test_a_head_refuses_a_temp_dir_too_long_for_rays_sockets(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ranks = gang_env(Topology.RAY, ["127.0.0.1"])
+    deep = "/var/lib/firepool/pods/cpu-0123456789abcdef/tmp"  # a weak-mode pod's TMPDIR
+    for name, value in {**ranks[0], "TMPDIR": deep}.items():
+        monkeypatch.setenv(name, value)
+    assert ray_node.main(["--", "true"]) == ray_node.EXIT_CONFIG
+    assert "too long for its sockets" in capsys.readouterr().err

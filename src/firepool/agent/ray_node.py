@@ -37,6 +37,10 @@ JOIN_TIMEOUT_S = 180.0
 #: A worker node whose head stopped answering this long ends.
 HEAD_GONE_S = 3.0
 EXIT_JOIN_FAILED = 70
+EXIT_CONFIG = 78
+#: Ray puts UNIX sockets at `<temp dir>/session_<date>_<time>_<usec>_<pid>/sockets/<name>`,
+#: about 65 characters past the temp dir, and a socket path has room for 107.
+MAX_TEMP_DIR = 40
 
 
 @dataclass(frozen=True)
@@ -235,6 +239,13 @@ def main(argv: Sequence[str]) -> int:
     if node.rank == 0 and not command:
         print("firepool: a Ray gang needs a driver command", file=sys.stderr)
         return 2
+    if node.rank == 0 and len(node.temp_dir) > MAX_TEMP_DIR:
+        # Weak isolation gives each pod a TMPDIR deep in its directory: Ray's sockets would
+        # not fit, and it would only say that its raylet timed out.
+        print(f"firepool: Ray's temp dir {node.temp_dir} is longer than {MAX_TEMP_DIR} "
+              "characters, too long for its sockets; Ray gangs need pods in private isolation "
+              "(their own /tmp)", file=sys.stderr)
+        return EXIT_CONFIG
     set_subreaper()
     signal.signal(signal.SIGTERM, _on_term)
     try:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from firepool.agent import deps, fetch, isolation, procfs, unpack
+from firepool.agent import deps, fetch, isolation, pidns, procfs, unpack
 from firepool.agent.cgroups import PodCgroups
 from firepool.agent.entry import python_entry
 from firepool.agent.events import EventPusher
@@ -115,6 +115,9 @@ class Agent:
         private = self.scratch.mode is IsolationMode.PRIVATE
         self.procs_hidden = private and isolation.hide_processes()
         self.ipc_private = private and isolation.ipc_namespace_private()
+        self.mqueues = isolation.open_mqueues()  # this IPC namespace's POSIX message queues
+        if self.mqueues is None:
+            log.warning("cannot open the POSIX message queues: reset will not sweep them")
         self.mounts_expected = self._mount_points() if private else None
         self.shared_dirs = [*isolation.SCRATCH_DIRS, *isolation.shared_writable()]
         self.cgroups = PodCgroups(
@@ -150,6 +153,9 @@ class Agent:
             config.preload_modules, self._on_exit, self._on_zygote_death, started=zygote
         )
         self.zygote.join(self.cgroups.procs_files)
+        #: Jobs live in the pod's PID namespace (the zygote is its init), each with a /proc of
+        #: that namespace: only with private mounts, whose copy the job's /proc cannot leave.
+        self.pids_private = private and pidns.same_namespace(self.zygote.pid, self.pid) is False
 
     def _confine(self) -> bool:
         cfg = self.config
@@ -194,6 +200,8 @@ class Agent:
                     **self.cgroups.limits,
                     **{k.lower(): f"rlimit:{v}" for k, v in self.rlimits.items()},
                     "ipc": "namespace" if self.ipc_private else "shared",
+                    "mqueue": "swept" if self.mqueues is not None else "not swept",
+                    "pid": "namespace" if self.pids_private else "shared",
                     "proc": "hidepid" if self.procs_hidden else "shared",
                 },
                 scratch_releasing=not self.scratch.released,
@@ -246,6 +254,7 @@ class Agent:
                 "rlimits": self.rlimits,
                 "uid": self.job_user[0] if self.job_user else None,
                 "gid": self.job_user[1] if self.job_user else None,
+                "own_proc": self.pids_private,
             }
             attempt.started_at = time.time()
             try:
@@ -501,6 +510,7 @@ class Agent:
                 mounts_expected=self.mounts_expected,
                 zygote_threads=self.zygote_threads,
                 detach=self.attacher.detach_all,
+                mqueues=self.mqueues,
             )
             result = verified_reset(ctx)
             if unacked:

@@ -553,6 +553,12 @@ class LocalBackend(BaseBackend):
             # No namespace held the pod's files and IPC objects: find them by owner.
             iso.sweep_owned(int(uid), [*iso.SCRATCH_DIRS, *iso.shared_writable()])
             iso.remove_sysv(iso.sysv_objects(int(uid)))
+            queues = iso.open_mqueues()
+            if queues is not None:
+                try:
+                    iso.remove_mqueues(queues, iso.mqueues(queues, int(uid)))
+                finally:
+                    os.close(queues)
         for line in _read_lines(pod_dir / "agent.cgroups"):
             with contextlib.suppress(OSError):
                 Path(line).rmdir()

@@ -160,23 +160,6 @@ def pods_processes(root: Path, uids: set[int] | frozenset[int] = frozenset()) ->
     return found
 
 
-def host_pid(job_pid: int, uid: int) -> int:
-    """The pid the host knows a job's process by, given the pid the job itself saw (the same
-    unless the pod has its own PID namespace): the live process of `uid` whose innermost
-    `NSpid` is `job_pid`."""
-    for pid in procfs.snapshot():
-        if procfs.real_uid(pid) != uid:
-            continue
-        try:
-            with open(f"/proc/{pid}/status", "rb") as fh:
-                nspid = next(line for line in fh if line.startswith(b"NSpid:"))
-        except (OSError, StopIteration):
-            continue
-        if int(nspid.split()[-1]) == job_pid:
-            return pid
-    raise LookupError(f"no process of uid {uid} is pid {job_pid} in its namespace")
-
-
 @contextmanager
 def backend_at(tag: str, **kw: Any) -> Iterator[tuple[LocalBackend, Loop, Path]]:
     root = new_root(tag)

@@ -25,7 +25,6 @@ from pod_helpers import (
     EventSink,
     Loop,
     backend_at,
-    host_pid,
     json_job,
     make_pod,
     pods_processes,
@@ -173,7 +172,7 @@ if os.fork() == 0:
     if pid == 0:
         time.sleep(1000)
         os._exit(0)
-    print(pid, flush=True)
+    print(pid, os.readlink("/proc/self/ns/pid"), flush=True)
     os._exit(0)
 time.sleep(0.1)
 """
@@ -182,8 +181,9 @@ time.sleep(0.1)
 def test_setsid_double_forked_grandchild_is_killed(env: Env) -> None:
     event, out = env.loop.run(run_job(env.client, env.attempt(), py(DAEMONIZE)))
     assert event.exit_code == 0
-    seen_by_job = int(out.split()[0])
-    grandchild = host_pid(seen_by_job, env.uid)
+    seen_by_job, pid_ns = int(out.split()[0]), out.split()[1]
+    grandchild = procfs.known_here_as(pid_ns, seen_by_job)
+    assert grandchild is not None
     proc = procfs.read_proc(grandchild)
     assert proc is not None and not proc.dead, "the daemon should outlive its job until reset"
     assert proc.sid == grandchild or proc.sid != env.record.pid  # it left the job's session

@@ -607,6 +607,7 @@ class PodInfo:
     hold_until: float
     created_at: float
     isolation: str = ""
+    pid_namespace: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,7 +108,9 @@ def env(request: pytest.FixtureRequest) -> Iterator[Env]:
 
 def test_the_pod_runs_in_the_mode_it_records_and_never_as_root(env: Env) -> None:
     assert env.mode.value == env.record.isolation == env.backend.isolation.value
-    assert env.loop.run(env.backend.get(env.record.name)).isolation == env.mode.value  # type: ignore[union-attr]
+    recorded = env.loop.run(env.backend.get(env.record.name))
+    assert recorded is not None and recorded.isolation == env.mode.value
+    assert recorded.pid_namespace is (env.health.limits["pid"] == "namespace")
     seen = env.loop.run(
         json_job(env.client, env.attempt(), "import os, json; print(json.dumps(os.getresuid()))")
     )

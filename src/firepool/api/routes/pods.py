@@ -36,6 +36,7 @@ def pod_views(session: Session) -> list[PodView]:
                 hold_until=pod.hold_until if mine and pod.hold_until else None,
                 created_at=pod.created_at,
                 isolation=pod.isolation or None,
+                pid_namespace=pod.pid_namespace,
             )
         )
     return out

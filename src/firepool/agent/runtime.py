@@ -154,8 +154,8 @@ class Agent:
         )
         self.zygote.join(self.cgroups.procs_files)
         #: Jobs live in the pod's PID namespace (the zygote is its init), each with a /proc of
-        #: that namespace: only with private mounts, whose copy the job's /proc cannot leave.
-        self.pids_private = private and pidns.same_namespace(self.zygote.pid, self.pid) is False
+        #: that namespace (in a private copy of the pod's mounts, which it cannot leave).
+        self.pids_private = pidns.same_namespace(self.zygote.pid, self.pid) is False
 
     def _confine(self) -> bool:
         cfg = self.config

@@ -1,11 +1,12 @@
 """The pod's PID namespace: the warm interpreter is its init, every job process lives in it.
 
-The agent starts the zygote as the first process of a new PID namespace (`start_in_new`), then
-takes its own `pid_for_children` back, so nothing else it starts (installers) lands there. Jobs,
-forked by the zygote, are born in the namespace: they cannot name, let alone signal, a process
-outside it (kill(2) of the agent's or another pod's pid fails with ESRCH), and each job gets a
-`/proc` of the namespace in a mount namespace of its own (`give_job_own_proc`), so it lists only
-its pod's processes under the pids it knows them by.
+The agent starts the zygote as the first process of a new PID namespace
+(`new_namespace_for_children`), then takes its own `pid_for_children` back (`back_to`), so
+nothing else it starts (installers) lands there. Jobs, forked by the zygote, are born in the
+namespace: they cannot name, let alone signal, a process outside it (kill(2) of the agent's or
+another pod's pid fails with ESRCH), and each job gets a `/proc` of the namespace in a mount
+namespace of its own (`give_job_own_proc`), so it lists only its pod's processes, under the
+pids it knows them by.
 
 The agent keeps working in host pids: it sees every process of the namespace in its own /proc,
 so reset's sweep (descendants of the agent, cgroup members, the environment marker) is

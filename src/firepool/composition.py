@@ -25,7 +25,7 @@ from firepool.api.auth import issue_token
 from firepool.backends.base import PodBackend
 from firepool.backends.local import IsolationChoice, LocalBackend
 from firepool.control.budgets import BudgetLedger
-from firepool.model import ConfigError
+from firepool.model import ConfigError, TokenRole
 from firepool.packages.disk import DiskPackageStore
 from firepool.service.broker import Broker, BrokerConfig
 from firepool.service.catalog import Catalog, machine_catalog
@@ -50,6 +50,7 @@ def build_backend(
     fake_devices: Sequence[str] | None = None,
     faults: Sequence[str] = (),
     kubernetes: KubernetesSettings | None = None,
+    local_images: dict[str, str] | None = None,
 ) -> PodBackend:
     """The one place that chooses the pod backend (`firepool serve --backend`).
 
@@ -67,6 +68,7 @@ def build_backend(
         fake_devices=fake_devices,
         faults=faults,
         broker_silence_s="keep-alive",  # a broker that never comes back leaves nothing running
+        images=local_images,
     )
 
 
@@ -120,12 +122,15 @@ class EmbeddedBroker:
             fake_devices=self.fake_devices,
             faults=self.faults,
             kubernetes=self.kubernetes,
+            local_images=self.catalog.local_images if self.catalog is not None else None,
         )
         if self.catalog is None:
             models: dict[str, int] = {}
             for device in getattr(self.backend, "devices", ()):  # local GPUs; none on a cluster
                 models[device.model] = models.get(device.model, 0) + 1
             self.catalog = machine_catalog(models)
+        if isinstance(self.backend, LocalBackend):
+            self.backend.check_images(self.catalog.pools)
         self.broker = Broker(
             store=self.store,
             backend=self.backend,
@@ -184,9 +189,9 @@ class EmbeddedBroker:
             out.write(token + "\n")
         return token
 
-    def issue(self, caller: str) -> str:
+    def issue(self, caller: str, role: TokenRole = TokenRole.CALLER) -> str:
         """A token for another caller (tests and the demo act as several callers)."""
-        return issue_token(self.store, caller)
+        return issue_token(self.store, caller, role=role)
 
     async def __aexit__(
         self,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from firepool.client.config import default_data_dir
-from firepool.model import FirepoolError
+from firepool.model import FirepoolError, TokenRole
 
 if TYPE_CHECKING:
     from firepool.backends.kubernetes import KubernetesSettings
@@ -182,6 +182,12 @@ def token_create(
     name: str = typer.Argument(..., help="The caller this token authenticates."),
     data_dir: Path | None = typer.Option(None, "--data-dir"),
     store: str | None = typer.Option(None, "--store", envvar="FIREPOOL_STORE_URL"),
+    role: TokenRole = typer.Option(
+        TokenRole.CALLER,
+        "--role",
+        help="caller: submit and see its own jobs and pods; admin: also change pools and "
+        "see every caller's pods in full.",
+    ),
 ) -> None:
     """Mint a token for a caller and print it (only its hash is stored)."""
     from firepool.api.auth import issue_token
@@ -189,6 +195,6 @@ def token_create(
 
     handle = open_store(store, data_dir=data_dir or default_data_dir())
     try:
-        typer.echo(issue_token(handle, name))
+        typer.echo(issue_token(handle, name, role=role))
     finally:
         handle.close()

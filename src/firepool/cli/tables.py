@@ -110,7 +110,7 @@ def pods_table(pods: Sequence[PodView], now: float | None = None, *, wide: bool 
     table.add_column("POOL")
     table.add_column("ROLE")
     _key_column(table, "STATE", [p.state for p in pods])
-    for name in ("OWNER", "QUEUE", "TAG", "JOB", "HOLD", "ISOLATION"):
+    for name in ("OWNER", "QUEUE", "TAG", "JOB", "HOLD", "ISOLATION", "IMAGE"):
         table.add_column(name)
     if wide:
         table.add_column("GROUP")
@@ -130,6 +130,7 @@ def pods_table(pods: Sequence[PodView], now: float | None = None, *, wide: bool 
             _dash(pod.job),
             hold,
             _dash(pod.isolation) + ("+pid-ns" if pod.pid_namespace else ""),
+            _dash(pod.image),
             *extra,
             ago(pod.created_at, now),
         )

@@ -52,6 +52,7 @@ from firepool.model import (
     PodState,
     PoolSpec,
     UnknownPoolError,
+    image_is_pinned,
 )
 
 # Enum members bound once: attribute lookups on an Enum class cost ~0.1 µs each, which the
@@ -898,7 +899,7 @@ class Tracker:
 
     @staticmethod
     def _pinned(pod: Pod) -> bool:
-        return pod.image is not None and "@sha256:" in pod.image
+        return pod.image is not None and image_is_pinned(pod.image)
 
     def _index_fresh(self, index: _PoolIndex, pod: Pod) -> None:
         if pod.dedicated:

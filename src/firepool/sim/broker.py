@@ -35,6 +35,7 @@ from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore, CoreConfig
 from firepool.control.dispatch import AttemptEnd
 from firepool.control.elastic_jobs import ElasticRules
+from firepool.control.images import check_image
 from firepool.control.records import Lease, Ticket
 from firepool.control.tracker import Tracker
 from firepool.model import AcquisitionPath, ElasticSpec, JobKind, JobSpec, JobState, PoolSpec
@@ -236,7 +237,10 @@ class SimBroker:
         return spec
 
     def submit(self, req: JobRequest, on_done: Callable[[JobStats], None] | None = None) -> str:
+        """Queue a job; a custom image its pool does not admit is refused here, by the same
+        rule as the API's (`ImageNotAllowedError`), before anything is recorded."""
         now = self.loop.now
+        check_image(self.specs[req.pool], req.image)
         record = self.store.submit(req.caller, self._spec(req), now=now).job
         job = record.id
         self.records[job] = record

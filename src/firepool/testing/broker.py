@@ -25,7 +25,7 @@ from firepool.store import JobRecord, PodBinding, SqlJobStore, open_store
 from firepool.store.logs import RankLogStorage
 
 POOLS = (
-    PoolSpec(name="cpu", max_count=4),
+    PoolSpec(name="cpu", max_count=4, allowed_images=("registry.local/team",)),
     PoolSpec(name="gpu", accelerator="fake", accelerators_per_pod=1),
 )
 

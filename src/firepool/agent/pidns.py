@@ -95,6 +95,21 @@ def give_job_own_proc() -> None:
     _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"hidepid=invisible")
 
 
+def can_give_own_proc() -> bool:
+    """Whether a job here could get its own /proc: tried once, in a throw-away child (a
+    container may allow the PID namespace yet refuse a new procfs, e.g. in a user namespace
+    whose /proc is partly masked)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            give_job_own_proc()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
 def same_namespace(pid_a: int | str, pid_b: int | str) -> bool | None:
     """Whether two processes share a PID namespace (None if either cannot be inspected)."""
     try:

@@ -153,9 +153,14 @@ class Agent:
             config.preload_modules, self._on_exit, self._on_zygote_death, started=zygote
         )
         self.zygote.join(self.cgroups.procs_files)
-        #: Jobs live in the pod's PID namespace (the zygote is its init), each with a /proc of
-        #: that namespace (in a private copy of the pod's mounts, which it cannot leave).
+        #: Jobs live in the pod's PID namespace (the zygote is its init); each gets a /proc of
+        #: it (in a private copy of the pod's mounts) where the zygote found that possible.
         self.pids_private = pidns.same_namespace(self.zygote.pid, self.pid) is False
+
+    def _pid_isolation(self) -> str:
+        if not self.pids_private:
+            return "shared"
+        return "namespace" if self.zygote.own_proc else "namespace, host /proc"
 
     def _confine(self) -> bool:
         cfg = self.config
@@ -201,7 +206,7 @@ class Agent:
                     **{k.lower(): f"rlimit:{v}" for k, v in self.rlimits.items()},
                     "ipc": "namespace" if self.ipc_private else "shared",
                     "mqueue": "swept" if self.mqueues is not None else "not swept",
-                    "pid": "namespace" if self.pids_private else "shared",
+                    "pid": self._pid_isolation(),
                     "proc": "hidepid" if self.procs_hidden else "shared",
                 },
                 scratch_releasing=not self.scratch.released,
@@ -254,7 +259,7 @@ class Agent:
                 "rlimits": self.rlimits,
                 "uid": self.job_user[0] if self.job_user else None,
                 "gid": self.job_user[1] if self.job_user else None,
-                "own_proc": self.pids_private,
+                "own_proc": self.pids_private and self.zygote.own_proc,
             }
             attempt.started_at = time.time()
             try:

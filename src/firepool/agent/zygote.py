@@ -11,7 +11,7 @@ Requests:  {"op": "join", "cgroup_procs": [...]}   (once, before any spawn)
            {"op": "spawn", "id", "mode": "fork"|"exec", "argv", "env", "cwd", "stdout",
             "stderr", "sys_path": [...], "rlimit_as": int|null, "uid": int|null, "gid": int|null,
             "rlimits": {"NOFILE": int, "NPROC": int}, "own_proc": bool}
-Events:    {"ev": "ready", "pid", "modules", "failed"}
+Events:    {"ev": "ready", "pid", "modules", "failed", "own_proc"}
            {"ev": "joined", "ok", "error"}
            {"ev": "spawned", "id", "pid", "t"} | {"ev": "spawn_error", "id", "message"}
            {"ev": "exit", "id", "pid", "status", "maxrss_kib", "t", "t0"}
@@ -344,11 +344,21 @@ def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=fd)
     os.chdir("/")  # never pin the pod directory's mount: the agent replaces mounts under it
     set_subreaper()
+    # Tried before the preload, while a fork is still cheap.
+    own_proc = pidns.is_namespace_init() and pidns.can_give_own_proc()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     loaded, failed = preload(modules)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     zygote = Zygote(sock)
-    zygote.send({"ev": "ready", "pid": os.getpid(), "modules": loaded, "failed": failed})
+    zygote.send(
+        {
+            "ev": "ready",
+            "pid": os.getpid(),
+            "modules": loaded,
+            "failed": failed,
+            "own_proc": own_proc,
+        }
+    )
     zygote.serve()
     return 0
 

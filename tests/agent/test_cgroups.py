@@ -128,9 +128,13 @@ def test_the_v2_ledger_lists_a_setsid_tree_and_kills_it_at_once(pod: PodCgroups)
             assert time.monotonic() < deadline, pod.members()
             time.sleep(0.01)
     finally:
+        pod.kill_all()  # the daemon too, should the test fail before it did
         with contextlib.suppress(ProcessLookupError):
             leader.kill()
         leader.wait()
+        deadline = time.monotonic() + 10
+        while pod.members() and time.monotonic() < deadline:  # empty before the fixture's rmdir
+            time.sleep(0.01)
 
 
 @contextlib.contextmanager

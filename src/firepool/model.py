@@ -715,6 +715,7 @@ class PodInfo:
     created_at: float
     isolation: str = ""
     image: str | None = None  # a custom image; None: the pool's own
+    pid_namespace: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ one test would also fail the next. Threat model: docs/pod-agent.md.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -107,7 +108,9 @@ def env(request: pytest.FixtureRequest) -> Iterator[Env]:
 
 def test_the_pod_runs_in_the_mode_it_records_and_never_as_root(env: Env) -> None:
     assert env.mode.value == env.record.isolation == env.backend.isolation.value
-    assert env.loop.run(env.backend.get(env.record.name)).isolation == env.mode.value  # type: ignore[union-attr]
+    recorded = env.loop.run(env.backend.get(env.record.name))
+    assert recorded is not None and recorded.isolation == env.mode.value
+    assert recorded.pid_namespace is (env.health.limits["pid"] == "namespace")
     seen = env.loop.run(
         json_job(env.client, env.attempt(), "import os, json; print(json.dumps(os.getresuid()))")
     )
@@ -118,6 +121,8 @@ def test_the_pod_runs_in_the_mode_it_records_and_never_as_root(env: Env) -> None
     if env.mode is IsolationMode.PRIVATE:
         assert env.health.confined and env.health.limits["ipc"] == "namespace"
         assert env.health.limits["proc"] == "hidepid"
+        assert env.health.limits["pid"] == "namespace"
+    assert env.health.limits["mqueue"] == "swept"
     assert env.health.limits["pids"].endswith(str(PIDS_MAX))
     env.reset_clean()
 
@@ -169,7 +174,7 @@ if os.fork() == 0:
     if pid == 0:
         time.sleep(1000)
         os._exit(0)
-    print(pid, flush=True)
+    print(pid, os.readlink("/proc/self/ns/pid"), flush=True)
     os._exit(0)
 time.sleep(0.1)
 """
@@ -178,7 +183,9 @@ time.sleep(0.1)
 def test_setsid_double_forked_grandchild_is_killed(env: Env) -> None:
     event, out = env.loop.run(run_job(env.client, env.attempt(), py(DAEMONIZE)))
     assert event.exit_code == 0
-    grandchild = int(out.split()[0])
+    seen_by_job, pid_ns = int(out.split()[0]), out.split()[1]
+    grandchild = procfs.known_here_as(pid_ns, seen_by_job)
+    assert grandchild is not None
     proc = procfs.read_proc(grandchild)
     assert proc is not None and not proc.dead, "the daemon should outlive its job until reset"
     assert proc.sid == grandchild or proc.sid != env.record.pid  # it left the job's session
@@ -189,7 +196,7 @@ def test_setsid_double_forked_grandchild_is_killed(env: Env) -> None:
     check = f"""
     import os, json
     try:
-        os.kill({grandchild}, 0)
+        os.kill({seen_by_job}, 0)
         print(json.dumps("alive"))
     except ProcessLookupError:
         print(json.dumps("gone"))
@@ -343,6 +350,12 @@ token = sys.argv[1]
 for flag in ("-M", "-S", "-Q"):
     subprocess.run(["ipcmk", flag, "64" if flag == "-M" else "1"], check=True,
                    stdout=subprocess.DEVNULL)
+libc = ctypes.CDLL(None, use_errno=True)
+queue = libc.mq_open(("/" + token).encode(), os.O_CREAT | os.O_RDWR, 0o600, None)
+assert queue >= 0, os.strerror(ctypes.get_errno())
+libc.mq_send(queue, b"last caller's message", 21, 0)
+shm = libc.shm_open(("/" + token).encode(), os.O_CREAT | os.O_RDWR, 0o600)
+assert shm >= 0 and libc.ftruncate(shm, 1 << 20) == 0, os.strerror(ctypes.get_errno())
 if os.fork() == 0:
     os.setsid()
     unix = socket.socket(socket.AF_UNIX)
@@ -357,9 +370,14 @@ print(json.dumps(len(open("/proc/sysvipc/shm").readlines()) - 1))
 """
 
 IPC_LOOK = """
-import json, os, socket, sys
+import ctypes, json, os, socket, sys
 token = sys.argv[1]
 found = {}
+libc = ctypes.CDLL(None, use_errno=True)
+queue = libc.mq_open(("/" + token).encode(), os.O_RDONLY)
+found["mqueue"] = "opened" if queue >= 0 else os.strerror(ctypes.get_errno())
+shm = libc.shm_open(("/" + token).encode(), os.O_RDONLY, 0)
+found["posix_shm"] = "opened" if shm >= 0 else os.strerror(ctypes.get_errno())
 for kind in ("shm", "sem", "msg"):
     with open(f"/proc/sysvipc/{kind}") as fh:
         header = fh.readline().split()
@@ -376,9 +394,16 @@ print(json.dumps(found))
 
 
 def _host_ipc(uid: int) -> list[str]:
-    from firepool.agent.isolation import sysv_objects
+    """The uid's IPC objects in the host's IPC namespace: SysV and POSIX message queues."""
+    from firepool.agent import isolation
 
-    return [f"{k}:{i}" for k, i in sysv_objects(uid)]
+    queues = isolation.open_mqueues()
+    assert queues is not None, "this kernel gives no mqueue filesystem"
+    try:
+        names = isolation.mqueues(queues, uid)
+    finally:
+        os.close(queues)
+    return [f"{k}:{i}" for k, i in isolation.sysv_objects(uid)] + [f"mq:{n}" for n in names]
 
 
 def test_ipc_objects_and_sockets_do_not_survive(env: Env) -> None:
@@ -391,9 +416,10 @@ def test_ipc_objects_and_sockets_do_not_survive(env: Env) -> None:
     if env.mode is IsolationMode.PRIVATE:
         assert _host_ipc(env.uid) == []  # the pod's own IPC namespace: never on the host
     else:
-        assert len(_host_ipc(env.uid)) == 3
+        assert len(_host_ipc(env.uid)) == 4 and f"mq:{token}" in _host_ipc(env.uid)
+        assert os.path.exists(f"/dev/shm/{token}")
     env.reset_clean()
-    assert _host_ipc(env.uid) == []
+    assert _host_ipc(env.uid) == [] and not os.path.exists(f"/dev/shm/{token}")
     code = ["python", "-c", IPC_LOOK, token]
     _, out = env.loop.run(run_job(env.client, env.attempt(), code))
     seen = json.loads(out)
@@ -403,6 +429,8 @@ def test_ipc_objects_and_sockets_do_not_survive(env: Env) -> None:
         for k in ("shm", "sem", "msg")
     }
     assert mine == {"shm": [], "sem": [], "msg": []}
+    assert seen["mqueue"] == os.strerror(errno.ENOENT)
+    assert seen["posix_shm"] == os.strerror(errno.ENOENT)
     assert seen["unix"] in ("FileNotFoundError", "ConnectionRefusedError")
     assert seen["abstract"] == "ConnectionRefusedError"
     env.reset_clean()
@@ -514,6 +542,63 @@ def test_jobs_cannot_signal_outside_their_pod(env: Env) -> None:
     assert len(seen) == len(targets) and "killed" not in seen.values(), seen
     assert procfs.alive(victim.pid) and procfs.alive(env.health.pid) and procfs.alive(other.pid)
     env.loop.run(other_client.stop("victim-1:0", grace_s=0.1))
+    env.reset_clean(other_client)
+    env.reset_clean()
+
+
+PID_LOOK = """
+import json, os, sys
+listed = sorted(int(n) for n in os.listdir("/proc") if n.isdigit())
+owners = {}
+for pid in listed:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            owners[pid] = int(next(l for l in fh if l.startswith("Uid:")).split()[1])
+    except (OSError, StopIteration):
+        pass  # exited meanwhile
+probes = {}
+for pid in map(int, sys.argv[1:]):
+    if owners.get(pid) == os.getuid():
+        probes[pid] = "own"  # the number names one of our own processes in here
+        continue
+    try:
+        os.kill(pid, 0)
+        probes[pid] = "reachable"
+    except OSError as exc:
+        probes[pid] = type(exc).__name__
+print(json.dumps({"me": os.getpid(), "self": os.readlink("/proc/self"), "owners": owners,
+                  "ns": os.readlink("/proc/self/ns/pid"), "probes": probes}))
+"""
+
+
+def test_pid_namespace_is_what_the_pod_claims(env: Env) -> None:
+    """`limits["pid"] == "namespace"`: the job cannot name a process outside its pod (kill(2)
+    says ESRCH, not EPERM), and its /proc is its namespace's, listing only its own processes.
+    `shared`: the job is in the host's namespace, and only uids keep it from signalling."""
+    other, other_client = env.other
+    victim = env.loop.run(
+        other_client.launch(LaunchRequest(attempt="pidns-victim:0", argv=["sleep", "1000"]))
+    )
+    targets = [env.health.pid, env.record.pid, other.pid, victim.pid, os.getpid()]
+    argv = ["python", "-c", PID_LOOK, *map(str, targets)]
+    launched = env.loop.run(env.client.launch(LaunchRequest(attempt=env.attempt(), argv=argv)))
+    env.loop.run(wait_exit(env.client, launched.attempt))
+    seen = json.loads(env.loop.run(read_log(env.client, launched.attempt)))
+    probes = {int(k): v for k, v in seen["probes"].items()}
+    assert seen["self"] == str(seen["me"])  # /proc speaks the job's own pids
+    host_ns = os.readlink(f"/proc/{env.health.pid}/ns/pid")
+    if env.health.limits["pid"] == "namespace":
+        assert seen["ns"] != host_ns
+        assert set(seen["owners"].values()) == {env.uid}  # only its own processes in sight
+        assert seen["me"] != launched.pid  # the host knows the job by another pid
+        assert set(probes.values()) <= {"ProcessLookupError", "own"}, probes
+        assert list(probes.values()).count("ProcessLookupError") >= len(targets) - 1, probes
+    else:
+        assert env.health.limits["pid"] == "shared" and env.mode is IsolationMode.WEAK
+        assert seen["ns"] == host_ns and seen["me"] == launched.pid
+        assert set(probes.values()) == {"PermissionError"}, probes
+    assert procfs.alive(victim.pid)
+    env.loop.run(other_client.stop("pidns-victim:0", grace_s=0.1))
     env.reset_clean(other_client)
     env.reset_clean()
 

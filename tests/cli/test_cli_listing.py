@@ -83,6 +83,17 @@ def test_pods_table(cli_e2e: Invoke, embedded: BrokerThread) -> None:
     result = cli_e2e("pods")
     assert result.exit_code == 0 and result.stdout.split()[:4] == ["NAME", "POOL", "ROLE", "STATE"]
     assert names and names <= set(result.stdout.split())
+    deadline = time.monotonic() + 60
+    while True:  # the isolation facts come from each pod's agent once it is ready
+        listed = json.loads(cli_e2e("pods", "--json").stdout)
+        if listed and all(p["pid_namespace"] is not None for p in listed):
+            break
+        assert time.monotonic() < deadline, listed
+        time.sleep(0.1)
+    table = cli_e2e("pods").stdout
+    for pod in listed:
+        assert pod["pid_namespace"] is (pod["isolation"] == "private"), pod
+        assert pod["isolation"] + ("+pid-ns" if pod["pid_namespace"] else "") in table
 
 
 def narrow_cli(broker: LiveBroker) -> Invoke:

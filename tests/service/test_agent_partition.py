@@ -22,9 +22,10 @@ from firepool.testing.service import BrokerThread, submit, wait_job
 pytestmark = pytest.mark.timeout(300)
 
 JOB = """
-import os, sys, time, urllib.request
+import os, sys, time, urllib.parse, urllib.request
 attempt = os.environ["FIREPOOL_ATTEMPT"]
-urllib.request.urlopen(f"{sys.argv[1]}/run?attempt={attempt}&pid={os.getpid()}")
+ns = urllib.parse.quote(os.readlink("/proc/self/ns/pid"))  # private pods: a PID ns of their own
+urllib.request.urlopen(f"{sys.argv[1]}/run?attempt={attempt}&pid={os.getpid()}&ns={ns}")
 if attempt.endswith(":0"):
     time.sleep(600)  # the first attempt would run for good
 """
@@ -40,7 +41,9 @@ def test_a_partitioned_agent_loses_its_attempt_and_the_old_attempt_never_comes_b
         def do_GET(self) -> None:
             q = parse_qs(urlsplit(self.path).query)
             with seen:
-                runs[q["attempt"][0]] = int(q["pid"][0])
+                pid = procfs.known_here_as(q["ns"][0], int(q["pid"][0]))
+                assert pid is not None, f"no process is {q}"
+                runs[q["attempt"][0]] = pid
                 seen.notify_all()
             self.send_response(204)
             self.end_headers()

@@ -59,7 +59,9 @@ def main(argv: list[str]) -> int:
     set_subreaper()
     # The warm interpreter starts now and imports its modules while we import pydantic: the
     # two start-ups overlap. Mounts made below are still seen by it (same mount namespace).
-    zygote = start_process(list(raw.get("preload_modules", ())))
+    # Private pods get a PID namespace whose init is the zygote (see pidns.py).
+    own_pids = raw.get("isolation", "weak") != "weak" and os.geteuid() == 0
+    zygote = start_process(list(raw.get("preload_modules", ())), pid_namespace=own_pids)
     if args.config_env:
         _hide_environment()
     from firepool.agent.runtime import Agent

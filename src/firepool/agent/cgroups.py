@@ -66,6 +66,42 @@ def _write(path: Path, value: str) -> bool:
 
 
 CFS_PERIOD_US = 100_000
+#: The cgroup v2 controllers a pod's limits need.
+V2_CONTROLLERS = ("memory", "pids", "cpu")
+
+
+def _words(path: Path) -> set[str]:
+    try:
+        return set(path.read_text().split())
+    except OSError:
+        return set()
+
+
+def enable_v2_controllers(group: Path, wanted: tuple[str, ...]) -> dict[str, str]:
+    """Make `wanted` controllers available in `group` by enabling them in its parent's
+    `cgroup.subtree_control` where the unified hierarchy has them but nobody enabled them for
+    children. The kernel allows that in the root cgroup and in a delegated parent that holds no
+    process itself (a parent holding processes answers EBUSY: the host must delegate, e.g.
+    systemd's `Delegate=yes` with the broker in a leaf). Returns {controller: why} for each
+    wanted controller that is still missing: bound to a v1 hierarchy, or refused."""
+    parent = group.parent
+    have = _words(group / "cgroup.controllers")
+    offered = _words(parent / "cgroup.controllers")
+    missing: dict[str, str] = {}
+    for controller in wanted:
+        if controller in have:
+            continue
+        if controller not in offered:
+            missing[controller] = "not in the unified hierarchy (a v1 hierarchy holds it)"
+            continue
+        try:
+            (parent / "cgroup.subtree_control").write_text(f"+{controller}")
+        except OSError as exc:
+            missing[controller] = f"cannot enable it below {parent}: {exc.strerror}"
+            continue
+        if controller not in _words(group / "cgroup.controllers"):
+            missing[controller] = f"enabled below {parent} but absent from {group}"
+    return missing
 
 
 class PodCgroups:
@@ -83,6 +119,8 @@ class PodCgroups:
         self.ledger: Path | None = None  # cgroup v2 dir used to list/kill processes
         self.memory: Path | None = None  # where the memory limit and OOM counter live
         self._dirs: list[Path] = []
+        #: Controllers the unified hierarchy has but could not give the pod, and why.
+        self.v2_refused: dict[str, str] = {}
         name = f"firepool-{pod}"
         try:
             mounts = _mounts()
@@ -94,6 +132,7 @@ class PodCgroups:
             self.ledger = _make(v2, own[""], name)
             if self.ledger is not None:
                 self._dirs.append(self.ledger)
+                self.v2_refused = enable_v2_controllers(self.ledger, V2_CONTROLLERS)
         if self.limit_bytes is None:
             self.mode = MemoryLimitMode.NONE
         elif self.ledger is not None and self._v2_memory(self.ledger):
@@ -127,7 +166,8 @@ class PodCgroups:
                 {"cpu.max": f"{quota} {CFS_PERIOD_US}"},
                 {"cpu.cfs_period_us": str(CFS_PERIOD_US), "cpu.cfs_quota_us": str(quota)},
             )
-        log.info("limits: %s; process ledger: %s", self.limits, self.ledger)
+        log.info("limits: %s; process ledger: %s; cgroup v2 lacks %s",
+                 self.limits, self.ledger, self.v2_refused or "nothing")  # fmt: skip
 
     def _limit(
         self,

@@ -121,6 +121,23 @@ def real_uid(pid: int) -> int | None:
     return None
 
 
+def known_here_as(pid_ns: str, pid: int) -> int | None:
+    """The pid that this /proc shows for the process that PID namespace `pid_ns` (a
+    `/proc/<pid>/ns/pid` link, as read inside it) calls `pid`, or None if there is none: a job
+    in its pod's namespace knows itself by another pid than its agent and broker do."""
+    for found in snapshot():
+        try:
+            if os.readlink(f"/proc/{found}/ns/pid") != pid_ns:
+                continue
+            with open(f"/proc/{found}/status", "rb") as fh:
+                nspid = next(line for line in fh if line.startswith(b"NSpid:"))
+        except (OSError, StopIteration):
+            continue
+        if int(nspid.split()[-1]) == pid:
+            return found
+    return None
+
+
 def boot_ticks_now() -> int:
     """The current time in the clock `start_ticks` uses (clock ticks since boot)."""
     with open("/proc/uptime", "rb") as fh:

@@ -15,8 +15,9 @@ their owner and mode back. Read-only caches (the package cache, installed requir
 configured caches) are kept. In weak mode whatever the pod's uid owns in the host's shared
 directories (/tmp, /var/tmp, /dev/shm...) is removed and checked gone.
 
-Kernel objects. SysV shared memory, semaphores and message queues are removed (all of them in
-the pod's own IPC namespace; in weak mode those the pod's uid owns or created) and checked gone.
+Kernel objects. SysV shared memory, semaphores and message queues, and POSIX message queues,
+are removed (all of them in the pod's own IPC namespace; in weak mode those the pod's uid owns
+or created) and checked gone. POSIX shared memory is a file in /dev/shm, wiped with the files.
 The set of mount points must be the one the agent set up (a leftover mount means something
 escaped our accounting), and the warm interpreter must still run only the threads it had.
 """
@@ -59,6 +60,8 @@ class ResetContext:
     zygote_threads: int | None = None
     #: Unmounts what was attached for the attempt (its checkpoint directory).
     detach: Callable[[], None] | None = None
+    #: A descriptor on the IPC namespace's POSIX message queues (isolation.open_mqueues).
+    mqueues: int | None = None
 
 
 def _tree(ctx: ResetContext, procs: dict[int, procfs.Proc]) -> set[int]:
@@ -183,6 +186,16 @@ def _kernel_objects(ctx: ResetContext) -> list[str]:
             left = isolation.sysv_objects(owner)
             if left:
                 problems.append(f"SysV IPC objects survive removal: {left[:5]}")
+        if ctx.mqueues is not None:
+            try:
+                queues = isolation.mqueues(ctx.mqueues, owner)
+                if queues:
+                    isolation.remove_mqueues(ctx.mqueues, queues)
+                    left_queues = isolation.mqueues(ctx.mqueues, owner)
+                    if left_queues:
+                        problems.append(f"message queues survive removal: {left_queues[:5]}")
+            except OSError as exc:
+                problems.append(f"cannot sweep POSIX message queues: {exc}")
     if ctx.mounts_expected is not None:
         with open("/proc/self/mountinfo") as fh:
             now = frozenset(line.split()[4] for line in fh)

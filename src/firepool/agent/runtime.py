@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from firepool.agent import deps, fetch, isolation, procfs, ray_node, unpack
+from firepool.agent import deps, fetch, isolation, pidns, procfs, ray_node, unpack
 from firepool.agent.cgroups import PodCgroups
 from firepool.agent.entry import python_entry
 from firepool.agent.events import EventPusher
@@ -121,6 +121,9 @@ class Agent:
         private = self.scratch.mode is IsolationMode.PRIVATE
         self.procs_hidden = private and isolation.hide_processes()
         self.ipc_private = private and isolation.ipc_namespace_private()
+        self.mqueues = isolation.open_mqueues()  # this IPC namespace's POSIX message queues
+        if self.mqueues is None:
+            log.warning("cannot open the POSIX message queues: reset will not sweep them")
         self.mounts_expected = self._mount_points() if private else None
         self.shared_dirs = [*isolation.SCRATCH_DIRS, *isolation.shared_writable()]
         self.cgroups = PodCgroups(
@@ -156,6 +159,14 @@ class Agent:
             config.preload_modules, self._on_exit, self._on_zygote_death, started=zygote
         )
         self.zygote.join(self.cgroups.procs_files)
+        #: Jobs live in the pod's PID namespace (the zygote is its init); each gets a /proc of
+        #: it (in a private copy of the pod's mounts) where the zygote found that possible.
+        self.pids_private = pidns.same_namespace(self.zygote.pid, self.pid) is False
+
+    def _pid_isolation(self) -> str:
+        if not self.pids_private:
+            return "shared"
+        return "namespace" if self.zygote.own_proc else "namespace, host /proc"
 
     def _confine(self) -> bool:
         cfg = self.config
@@ -200,6 +211,8 @@ class Agent:
                     **self.cgroups.limits,
                     **{k.lower(): f"rlimit:{v}" for k, v in self.rlimits.items()},
                     "ipc": "namespace" if self.ipc_private else "shared",
+                    "mqueue": "swept" if self.mqueues is not None else "not swept",
+                    "pid": self._pid_isolation(),
                     "proc": "hidepid" if self.procs_hidden else "shared",
                 },
                 scratch_releasing=not self.scratch.released,
@@ -257,6 +270,7 @@ class Agent:
                 "rlimits": self.rlimits,
                 "uid": self.job_user[0] if self.job_user else None,
                 "gid": self.job_user[1] if self.job_user else None,
+                "own_proc": self.pids_private and self.zygote.own_proc,
             }
             attempt.started_at = time.time()
             try:
@@ -523,6 +537,7 @@ class Agent:
                 mounts_expected=self.mounts_expected,
                 zygote_threads=self.zygote_threads,
                 detach=self.attacher.detach_all,
+                mqueues=self.mqueues,
             )
             result = verified_reset(ctx)
             if unacked:

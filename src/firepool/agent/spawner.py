@@ -55,6 +55,8 @@ class ZygoteClient:
         self.ready = threading.Event()
         self.modules: list[str] = []
         self.failed: dict[str, str] = {}
+        #: Whether each job can get a /proc of the pod's PID namespace (known once ready).
+        self.own_proc = False
         self._reader = threading.Thread(target=self._read, name="zygote-reader", daemon=True)
         self._reader.start()
 
@@ -113,6 +115,7 @@ class ZygoteClient:
         if kind == "ready":
             self.modules = list(event.get("modules", []))
             self.failed = dict(event.get("failed", {}))
+            self.own_proc = bool(event.get("own_proc"))
             for name, why in self.failed.items():
                 log.warning("preload of %s failed: %s", name, why)
             self.ready.set()

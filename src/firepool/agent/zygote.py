@@ -10,11 +10,13 @@ and peak RSS to the agent over a socketpair, one JSON object per line.
 Requests:  {"op": "join", "cgroup_procs": [...]}   (once, before any spawn)
            {"op": "spawn", "id", "mode": "fork"|"exec", "argv", "env", "cwd", "stdout",
             "stderr", "sys_path": [...], "rlimit_as": int|null, "uid": int|null, "gid": int|null,
-            "rlimits": {"NOFILE": int, "NPROC": int}}
-Events:    {"ev": "ready", "pid", "modules", "failed"}
+            "rlimits": {"NOFILE": int, "NPROC": int}, "own_proc": bool}
+Events:    {"ev": "ready", "pid", "modules", "failed", "own_proc"}
            {"ev": "joined", "ok", "error"}
            {"ev": "spawned", "id", "pid", "t"} | {"ev": "spawn_error", "id", "message"}
            {"ev": "exit", "id", "pid", "status", "maxrss_kib", "t", "t0"}
+A job's "pid" is the one the agent knows it by, also when the zygote is the init of the pod's
+PID namespace (see pidns.py) and its forks return the namespace's pids.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
+from firepool.agent import pidns
 from firepool.agent.entry import python_entry, sys_argv_for
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -73,15 +76,21 @@ def preload(modules: list[str]) -> tuple[list[str], dict[str, str]]:
     return loaded, failed
 
 
-def start_process(preload: Sequence[str]) -> tuple[subprocess.Popen[bytes], socket.socket]:
+def start_process(
+    preload: Sequence[str], pid_namespace: bool = False
+) -> tuple[subprocess.Popen[bytes], socket.socket]:
     """Start a zygote; returns it and our end of its socketpair. Stdlib only, so the agent can
-    call it before importing anything heavy and let both start-ups overlap."""
+    call it before importing anything heavy and let both start-ups overlap. With
+    `pid_namespace`, the zygote is the init of a new PID namespace where the host permits one
+    (the agent checks which it got: `pidns.same_namespace`)."""
     ours, theirs = socket.socketpair()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "firepool.agent.zygote", str(theirs.fileno()), ",".join(preload)],
-        pass_fds=[theirs.fileno()],
-        stdin=subprocess.DEVNULL,
-    )
+    argv = [sys.executable, "-m", "firepool.agent.zygote", str(theirs.fileno()), ",".join(preload)]
+    own = pidns.new_namespace_for_children() if pid_namespace else None
+    try:
+        proc = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+    finally:
+        if own is not None:
+            pidns.back_to(own)
     theirs.close()
     return proc, ours
 
@@ -91,6 +100,8 @@ def start_process(preload: Sequence[str]) -> tuple[subprocess.Popen[bytes], sock
 
 def _child_setup(req: dict[str, Any], errpipe: int, cgroups: list[str]) -> None:
     os.setsid()
+    if req.get("own_proc"):
+        pidns.give_job_own_proc()
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -217,7 +228,10 @@ def _child(req: dict[str, Any], errpipe: int, cgroups: list[str]) -> None:
 class Zygote:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.jobs: dict[int, tuple[str, float]] = {}
+        #: pid (as fork returned it) -> (attempt, start time, the pid the agent knows it by)
+        self.jobs: dict[int, tuple[str, float, int]] = {}
+        #: Init of the pod's PID namespace: pids reported to the agent need translating.
+        self.in_namespace = pidns.is_namespace_init()
         self.buffer = b""
         self.child_cgroups: list[str] = []  # cgroups each child must join (join failed)
 
@@ -261,8 +275,14 @@ class Zygote:
             self.send({"ev": "spawn_error", "id": req["id"], "message": b"".join(chunks).decode()})
             # the child exits 127 by itself; reap() collects it as an unknown pid
             return
-        self.jobs[pid] = (req["id"], now)
-        self.send({"ev": "spawned", "id": req["id"], "pid": pid, "t": now})
+        try:
+            reported = pidns.host_pid(pid) if self.in_namespace else pid
+        except OSError as exc:
+            os.kill(pid, signal.SIGKILL)  # the agent could never stop it: do not let it run
+            self.send({"ev": "spawn_error", "id": req["id"], "message": str(exc)})
+            return
+        self.jobs[pid] = (req["id"], now, reported)
+        self.send({"ev": "spawned", "id": req["id"], "pid": reported, "t": now})
 
     def reap(self) -> None:
         while True:
@@ -278,7 +298,7 @@ class Zygote:
                     {
                         "ev": "exit",
                         "id": job[0],
-                        "pid": pid,
+                        "pid": job[2],
                         "status": status,
                         "maxrss_kib": int(usage.ru_maxrss),
                         "t": time.monotonic(),
@@ -324,11 +344,21 @@ def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=fd)
     os.chdir("/")  # never pin the pod directory's mount: the agent replaces mounts under it
     set_subreaper()
+    # Tried before the preload, while a fork is still cheap.
+    own_proc = pidns.is_namespace_init() and pidns.can_give_own_proc()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     loaded, failed = preload(modules)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     zygote = Zygote(sock)
-    zygote.send({"ev": "ready", "pid": os.getpid(), "modules": loaded, "failed": failed})
+    zygote.send(
+        {
+            "ev": "ready",
+            "pid": os.getpid(),
+            "modules": loaded,
+            "failed": failed,
+            "own_proc": own_proc,
+        }
+    )
     zygote.serve()
     return 0
 

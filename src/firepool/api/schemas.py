@@ -171,6 +171,8 @@ class PodView(StrictModel):
     isolation: str | None = None
     #: The pod's custom image (None: the pool's own); `custom` on another caller's pod.
     image: str | None = None
+    #: Whether its jobs run in a PID namespace of their own; None if unknown.
+    pid_namespace: bool | None = None
 
 
 class PodList(StrictModel):

@@ -68,6 +68,8 @@ class PodRecord(StrictModel):
     template_version: int = 1
     pid: int = 0
     isolation: str = ""
+    #: Whether the pod's jobs run in a PID namespace of their own (None: not known yet).
+    pid_namespace: bool | None = None
     annotations: dict[str, str] = Field(default_factory=dict)
     #: False when the pod's process is gone (found on disk after a restart, or crashed).
     alive: bool = True

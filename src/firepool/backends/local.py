@@ -517,14 +517,20 @@ class LocalBackend(BaseBackend):
     async def wait_ready(self, name: str, timeout: float = 60.0) -> Health:
         health = await super().wait_ready(name, timeout)
         record = self._records[name]
+        facts: dict[str, object] = {}
         if health.isolation.value != record.isolation:
             # Said once per backend: every pod of a host gets the same answer.
             level = logging.INFO if self._isolation_reported else logging.WARNING
             self._isolation_reported = True
             log.log(level, "pod %s runs with isolation %s (asked for %s)",
                     name, health.isolation.value, record.isolation)  # fmt: skip
+            facts["isolation"] = health.isolation.value
+        pid_namespace = health.limits.get("pid") == "namespace"
+        if record.pid_namespace != pid_namespace:
+            facts["pid_namespace"] = pid_namespace
+        if facts:
             async with self._lock:
-                self._save(record.model_copy(update={"isolation": health.isolation.value}))
+                self._save(self._records[name].model_copy(update=facts))
         return health
 
     # ------------------------------------------------------------------ read / annotate
@@ -601,6 +607,12 @@ class LocalBackend(BaseBackend):
             # No namespace held the pod's files and IPC objects: find them by owner.
             iso.sweep_owned(int(uid), [*iso.SCRATCH_DIRS, *iso.shared_writable()])
             iso.remove_sysv(iso.sysv_objects(int(uid)))
+            queues = iso.open_mqueues()
+            if queues is not None:
+                try:
+                    iso.remove_mqueues(queues, iso.mqueues(queues, int(uid)))
+                finally:
+                    os.close(queues)
         for line in _read_lines(pod_dir / "agent.cgroups"):
             with contextlib.suppress(OSError):
                 Path(line).rmdir()

@@ -129,7 +129,7 @@ def pods_table(pods: Sequence[PodView], now: float | None = None, *, wide: bool 
             _dash(pod.lease_tag),
             _dash(pod.job),
             hold,
-            _dash(pod.isolation),
+            _dash(pod.isolation) + ("+pid-ns" if pod.pid_namespace else ""),
             _dash(pod.image),
             *extra,
             ago(pod.created_at, now),

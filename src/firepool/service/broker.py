@@ -384,6 +384,7 @@ class Broker:
                         created_at=pod.created_at,
                         isolation=record.isolation if record is not None else "",
                         image=pod.image,
+                        pid_namespace=record.pid_namespace if record is not None else None,
                     )
                 )
         return out

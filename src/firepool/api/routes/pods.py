@@ -43,6 +43,7 @@ def pod_views(session: Session) -> list[PodView]:
                 created_at=pod.created_at,
                 isolation=pod.isolation or None,
                 image=pod.image if mine or pod.image is None else CUSTOM_IMAGE_HIDDEN,
+                pid_namespace=pod.pid_namespace,
             )
         )
     return out

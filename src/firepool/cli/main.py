@@ -24,11 +24,36 @@ def demo(
     scale: float = typer.Option(0.5, help="Multiply the paper's job bodies and pauses."),
     cap: int = typer.Option(4, help="Pool ceiling (pods) for every arm."),
     seed: int = typer.Option(2027, help="Seed of the workloads (the same jobs in every arm)."),
+    workloads: str | None = typer.Option(
+        None, "--workloads", help="Comma-separated: agent2, agent4, rl (default: all three)."
+    ),
+    plot: str = typer.Option(
+        "firepool-demo.png", "--plot", help="Write the PNG here ('' for none)."
+    ),
+    sim_seeds: int = typer.Option(
+        5, "--sim-seeds", min=0, help="Seeds of the simulated production-h200 rows (0: none)."
+    ),
 ) -> None:
-    """Run the broker paper's agent and RL loops under three arms and print the results."""
-    from firepool.demo.main import run_demo
+    """Run the broker paper's agent and RL loops under three arms and print the results,
+    beside the same loops on the production-h200 venue in the simulator; write a PNG."""
+    from firepool.demo.main import choose, run_demo
 
-    raise typer.Exit(run_demo(seed=seed, scale=scale, cap=cap, json_path=json_path))
+    keys = None if workloads is None else [k.strip() for k in workloads.split(",") if k.strip()]
+    try:
+        choose(keys)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--workloads") from None
+    raise typer.Exit(
+        run_demo(
+            seed=seed,
+            scale=scale,
+            cap=cap,
+            json_path=json_path,
+            workloads=keys,
+            plot_path=plot or None,
+            sim_seeds=sim_seeds,
+        )
+    )
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -34,16 +34,25 @@ class Workload:
     name: str
     callers: tuple[str, ...]
     build: Callable[[Tagger, random.Random, str], Program]
+    #: The simulator's name of the same loop (`sim.experiments.runs.loop_cell`), also what
+    #: `firepool demo --workloads` takes.
+    key: str
 
 
 WORKLOADS = (
-    Workload("W-Agent, 2 agents", ("agent-0", "agent-1"), lambda t, r, c: w_agent(t, r, c)),
+    Workload(
+        "W-Agent, 2 agents",
+        ("agent-0", "agent-1"),
+        lambda t, r, c: w_agent(t, r, c),
+        key="agent2",
+    ),
     Workload(
         "W-Agent, 4 agents",
         ("agent-0", "agent-1", "agent-2", "agent-3"),
         lambda t, r, c: w_agent(t, r, c),
+        key="agent4",
     ),
-    Workload("W-RL", ("trainer",), lambda t, r, c: w_rl(t, r, c)),
+    Workload("W-RL", ("trainer",), lambda t, r, c: w_rl(t, r, c), key="rl"),
 )
 
 

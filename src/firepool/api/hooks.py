@@ -23,7 +23,7 @@ from typing import Protocol
 
 from prometheus_client.registry import Collector
 
-from firepool.model import NotFoundError, PodInfo, PoolStats
+from firepool.model import NotFoundError, PodInfo, PoolStats, RoundAllocation, TimelinePoint
 from firepool.protocol import ExitEvent
 from firepool.store import JobRecord
 
@@ -60,6 +60,14 @@ class BrokerHooks(Protocol):
 
     def metric_collectors(self) -> list[Collector]:
         """The broker's own counters and histograms, registered once in the app's registry."""
+        ...
+
+    def timeline(self) -> list[TimelinePoint]:
+        """The dashboard's samples of held vs busy pods and start latency, oldest first."""
+        ...
+
+    def round_allocations(self) -> list[RoundAllocation]:
+        """The latest elastic rounds' allocations, oldest first (empty: no rounds)."""
         ...
 
     def progress_token_ok(self, attempt: str, token: str) -> bool: ...
@@ -107,6 +115,12 @@ class NoHooks:
         return []
 
     def metric_collectors(self) -> list[Collector]:
+        return []
+
+    def timeline(self) -> list[TimelinePoint]:
+        return []
+
+    def round_allocations(self) -> list[RoundAllocation]:
         return []
 
     def progress_token_ok(self, attempt: str, token: str) -> bool:

@@ -54,7 +54,16 @@ from firepool.control.dispatch import AttemptEnd
 from firepool.control.records import Ticket
 from firepool.control.scaler import ScalerConfig
 from firepool.control.tracker import Tracker
-from firepool.model import JobKind, JobState, PodInfo, PoolSpec, PoolStats
+from firepool.model import (
+    JobKind,
+    JobState,
+    PodInfo,
+    PodState,
+    PoolSpec,
+    PoolStats,
+    RoundAllocation,
+    TimelinePoint,
+)
 from firepool.packages import PackageStore
 from firepool.protocol import ExitEvent
 from firepool.service.attempt import AttemptRunner, LogSink, Running
@@ -64,6 +73,9 @@ from firepool.service.telemetry import BrokerTelemetry, HeldClock, held_counts
 from firepool.store import JobRecord, JobStore
 
 log = logging.getLogger("firepool.service")
+
+#: Pod states in which a job holds the pod (the dashboard's busy capacity).
+_BUSY_STATES = frozenset({PodState.ASSIGNED, PodState.RUNNING})
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,8 @@ class BrokerConfig:
     elastic: ElasticConfig = field(default_factory=ElasticConfig)
     scaler: ScalerConfig = field(default_factory=ScalerConfig)
     max_gpus_per_caller: int | None = None
+    #: Seconds between two samples of the dashboard's plots (held vs busy, start latency).
+    timeline_s: float = 10.0
 
 
 def ticket_of(job: JobRecord) -> Ticket:
@@ -181,6 +195,7 @@ class Broker:
             asyncio.create_task(self._hold_loop(), name="holds"),
             asyncio.create_task(self._elastic_loop(), name="elastic"),
             asyncio.create_task(self._keepalive_loop(), name="keepalive"),
+            asyncio.create_task(self._timeline_loop(), name="timeline"),
         ]
 
     async def close(self, *, delete_pods: bool = False) -> None:
@@ -396,6 +411,28 @@ class Broker:
     def metric_collectors(self) -> list[Collector]:
         return self.telemetry.collectors()
 
+    def timeline(self) -> list[TimelinePoint]:
+        return list(self.telemetry.timeline.points)
+
+    def round_allocations(self) -> list[RoundAllocation]:
+        elastic = self.core.elastic
+        return [] if elastic is None else list(elastic.allocations)
+
+    def sample_timeline(self) -> None:
+        """One sample of held vs busy pods over every pool (and the interval's start
+        latencies) for the dashboard's plots."""
+        held = busy = 0
+        for spec in self.specs.values():
+            for pod in self.tracker.pool_pods(spec.name):
+                held += 1
+                busy += pod.state in _BUSY_STATES
+        self.telemetry.timeline.sample(self.clock(), held, busy)
+
+    async def _timeline_loop(self) -> None:
+        while not self._closing:
+            self.sample_timeline()
+            await asyncio.sleep(self.config.timeline_s)
+
     def progress_token_ok(self, attempt: str, token: str) -> bool:
         return self.elastic.token_matches(attempt, token)
 
@@ -606,7 +643,6 @@ class Broker:
                     self.act(actions)
             except Exception:
                 log.exception("elastic round failed")
-
 
     # ------------------------------------------------------------------ keep-alive
 

@@ -190,9 +190,10 @@ def chart(name: str, series: Sequence[Series], *, unit: str, width: int = 460) -
             else:
                 run.append(xy(t, v))
     label = f"{top:.3g}{unit}" if unit == "s" else f"{top:.0f}{unit}"
+    ago = f"-{span:.0f} s" if span < 120 else f"-{span / 60:.0f} min"
     axis = (
         f"<text x='{pad}' y='12'>{html.escape(label)}</text>"
-        f"<text x='{pad}' y='{height + 12}'>-{span / 60:.0f} min</text>"
+        f"<text x='{pad}' y='{height + 12}'>{ago}</text>"
         f"<text x='{width - 30}' y='{height + 12}'>now</text>"
     )
     return head + "".join(lines) + axis + "</svg>"

@@ -25,8 +25,8 @@ DRIVER = shutil.which("chromedriver")
 
 try:
     from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 except ImportError:  # pragma: no cover - the dev extras install it

@@ -1,9 +1,10 @@
 """The dashboard's HTML: pure functions from the broker's figures to escaped markup.
 
-Why hand-written HTML and no template engine or front-end build: the page is four tables and
-a few bars, refreshed by polling one server-rendered fragment; `html.escape` on every value
-is the whole injection defence, and nothing has to be built or fetched from a CDN (the broker
-often runs where nothing outside can be reached). The shell page (`SHELL`) holds no data: the
+Why hand-written HTML and no template engine or front-end build: the page is a few tables,
+bars and two line charts (inline SVG drawn here, no charting library), refreshed by polling
+one server-rendered fragment; `html.escape` on every value is the whole injection defence,
+and nothing has to be built or fetched from a CDN (the broker often runs where nothing
+outside can be reached). The shell page (`SHELL`) holds no data: the
 browser keeps the API token in its session storage and sends it as a bearer token with every
 fragment request, exactly like the SDK, so no cookie (and no CSRF surface) is involved.
 """
@@ -237,7 +238,8 @@ def elastic_table(rounds: Sequence[RoundAllocation], own: frozenset[str]) -> str
 
 
 def panel(data: PanelData) -> str:
-    """The fragment the shell polls: pools, pods, queue and the caller's recent jobs."""
+    """The fragment the shell polls: pools, queue, plots over time, elastic rounds, pods and
+    the caller's recent jobs."""
     shapes = {p.name: p for p in data.pools}
     pool_rows = []
     for s in data.stats:

@@ -5,10 +5,11 @@
 
 1. Scraping under load. `bench throughput`'s load (32 callers, 16 pods, `python -c pass`
    back to back) run `--rounds` times without a scraper and with one that GETs `/metrics`
-   every `--scrape-every` seconds, alternating (off, on, off, on, ...) so both arms see the
-   same noise on a shared machine. Reported side by side: jobs/s of each arm (median of the
-   rounds) and their difference; the scrape's own cost in the broker (the render, from its
-   `Server-Timing` header) p50/p99; and what the scraper waited (HTTP and the event loop's
+   every `--scrape-every` seconds, alternating (off, on, on, off, off, on, ...) so both arms
+   see the same noise on a shared machine and neither always runs first. Reported side by
+   side: jobs/s of each arm (median of the rounds) and their difference; the scrape's own
+   cost in the broker (the render, from its `Server-Timing` header) p50/p99, in wall time
+   and in the CPU time of its thread; and what the scraper waited (HTTP and the event loop's
    queue of the callers' requests included) p50/p99, over every scrape of every round.
    Targets: render p99 <= 5 ms, jobs/s lowered by <= 3%.
 2. The renderer itself, side by side: on the dashboard part's broker (after a few real jobs,
@@ -43,8 +44,8 @@ def scraping(rounds: int, seconds: float, warmup: float, every: float) -> dict[s
     from firepool.bench.throughput import run_once
 
     runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
-    for _ in range(rounds):
-        for arm in ("off", "on"):
+    for i in range(rounds):
+        for arm in ("off", "on") if i % 2 == 0 else ("on", "off"):  # neither arm always first
             runs[arm].append(
                 run_once(
                     pods=16,
@@ -59,6 +60,7 @@ def scraping(rounds: int, seconds: float, warmup: float, every: float) -> dict[s
     off = median([r["jobs_per_s"] for r in runs["off"]])
     on = median([r["jobs_per_s"] for r in runs["on"]])
     renders = [ms for r in runs["on"] for ms in r["renders_ms"]]
+    cpu = [ms for r in runs["on"] for ms in r["render_cpu_ms"]]
     waits = [ms for r in runs["on"] for ms in r["scrapes_ms"]]
     return {
         "rounds": rounds,
@@ -70,6 +72,8 @@ def scraping(rounds: int, seconds: float, warmup: float, every: float) -> dict[s
         "scrapes": len(renders),
         "render_ms_p50": percentile(renders, 50),
         "render_ms_p99": percentile(renders, 99),
+        "render_cpu_ms_p50": percentile(cpu, 50),
+        "render_cpu_ms_p99": percentile(cpu, 99),
         "scrape_wait_ms_p50": percentile(waits, 50),
         "scrape_wait_ms_p99": percentile(waits, 99),
         "errors": sum(r["errors"] for arm in runs.values() for r in arm),
@@ -110,23 +114,27 @@ def renderers(broker: BrokerThread, token: str, renders: int) -> dict[str, Any]:
     app: Any = broker.embedded.server.config.app  # the FastAPI app `create_app` built
     registry = app.state.firepool.metrics.registry
 
-    def timed() -> tuple[list[float], list[float]]:
-        ours: list[float] = []
-        library: list[float] = []
-        for _ in range(renders):
-            for write, out in ((render, ours), (generate_latest, library)):
-                began = time.perf_counter()
-                write(registry)
-                out.append((time.perf_counter() - began) * 1000.0)
-        return ours, library
+    Times = dict[str, list[float]]
 
-    ours, library = broker.call(timed)
+    def timed() -> Times:
+        out: Times = {"render": [], "render_cpu": [], "library": [], "library_cpu": []}
+        for _ in range(renders):
+            for write, name in ((render, "render"), (generate_latest, "library")):
+                began, cpu = time.perf_counter(), time.thread_time()
+                write(registry)
+                out[name].append((time.perf_counter() - began) * 1000.0)
+                out[f"{name}_cpu"].append((time.thread_time() - cpu) * 1000.0)
+        return out
+
+    times = broker.call(timed)
     return {
         "renders": renders,
-        "render_ms_p50": percentile(ours, 50),
-        "render_ms_p99": percentile(ours, 99),
-        "generate_latest_ms_p50": percentile(library, 50),
-        "generate_latest_ms_p99": percentile(library, 99),
+        "render_ms_p50": percentile(times["render"], 50),
+        "render_ms_p99": percentile(times["render"], 99),
+        "render_cpu_ms_p99": percentile(times["render_cpu"], 99),
+        "generate_latest_ms_p50": percentile(times["library"], 50),
+        "generate_latest_ms_p99": percentile(times["library"], 99),
+        "generate_latest_cpu_ms_p99": percentile(times["library_cpu"], 99),
         "samples": len(render(registry).splitlines()),
     }
 
@@ -216,8 +224,13 @@ def main(argv: list[str]) -> int:
                 "",
             ),
             (
-                "/metrics render in the broker p50 / p99 (ms)",
+                "/metrics render in the broker p50 / p99 (ms, wall)",
                 f"{s['render_ms_p50']:.2f} / {s['render_ms_p99']:.2f} ({s['scrapes']} scrapes)",
+                f"p99 <= {TARGET_RENDER_P99_MS:.0f}",
+            ),
+            (
+                "  its CPU time p50 / p99 (ms; the wall time less the OS's other work)",
+                f"{s['render_cpu_ms_p50']:.2f} / {s['render_cpu_ms_p99']:.2f}",
                 f"p99 <= {TARGET_RENDER_P99_MS:.0f}",
             ),
             (
@@ -238,6 +251,11 @@ def main(argv: list[str]) -> int:
         (
             "  p99 (ms)",
             f"{d['render_ms_p99']:.2f} vs {d['generate_latest_ms_p99']:.2f}",
+            f"<= {TARGET_RENDER_P99_MS:.0f}",
+        ),
+        (
+            "  CPU time p99 (ms)",
+            f"{d['render_cpu_ms_p99']:.2f} vs {d['generate_latest_cpu_ms_p99']:.2f}",
             f"<= {TARGET_RENDER_P99_MS:.0f}",
         ),
         (

@@ -25,9 +25,10 @@ from firepool.api.auth import issue_token
 from firepool.backends.base import PodBackend
 from firepool.backends.local import IsolationChoice, LocalBackend
 from firepool.control.budgets import BudgetLedger
-from firepool.model import ConfigError
+from firepool.model import ConfigError, TokenRole
 from firepool.packages.disk import DiskPackageStore
 from firepool.service.broker import Broker, BrokerConfig
+from firepool.service.capacity import CapacitySource
 from firepool.service.catalog import Catalog, machine_catalog
 from firepool.service.tuning import tune_gc_for_serving
 from firepool.store import SqlJobStore, open_store
@@ -50,6 +51,7 @@ def build_backend(
     fake_devices: Sequence[str] | None = None,
     faults: Sequence[str] = (),
     kubernetes: KubernetesSettings | None = None,
+    local_images: dict[str, str] | None = None,
 ) -> PodBackend:
     """The one place that chooses the pod backend (`firepool serve --backend`).
 
@@ -67,6 +69,7 @@ def build_backend(
         fake_devices=fake_devices,
         faults=faults,
         broker_silence_s="keep-alive",  # a broker that never comes back leaves nothing running
+        images=local_images,
     )
 
 
@@ -88,8 +91,10 @@ class EmbeddedBroker:
         tune_gc: bool = False,
         backend: BackendKind = "local",
         kubernetes: KubernetesSettings | None = None,
+        capacity: CapacitySource | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.capacity = capacity
         self.store_url = store_url
         self.store_options = dict(store_options or {})
         self.catalog = catalog
@@ -120,12 +125,15 @@ class EmbeddedBroker:
             fake_devices=self.fake_devices,
             faults=self.faults,
             kubernetes=self.kubernetes,
+            local_images=self.catalog.local_images if self.catalog is not None else None,
         )
         if self.catalog is None:
             models: dict[str, int] = {}
             for device in getattr(self.backend, "devices", ()):  # local GPUs; none on a cluster
                 models[device.model] = models.get(device.model, 0) + 1
             self.catalog = machine_catalog(models)
+        if isinstance(self.backend, LocalBackend):
+            self.backend.check_images(self.catalog.pools)
         self.broker = Broker(
             store=self.store,
             backend=self.backend,
@@ -139,11 +147,12 @@ class EmbeddedBroker:
                 max_gpus_per_caller=self.catalog.max_gpus_per_caller,
             ),
             checkpoint_root=self.data_dir / "checkpoints",
+            capacity=self.capacity,
         )
         app = create_app(
             self.store,
             self.packages,
-            self.catalog.pools,
+            self.broker.specs.values,  # live: an admin's pool edit shows at once
             hooks=self.broker,
             logs=logs,
             data_dir=self.data_dir,
@@ -184,9 +193,9 @@ class EmbeddedBroker:
             out.write(token + "\n")
         return token
 
-    def issue(self, caller: str) -> str:
+    def issue(self, caller: str, role: TokenRole = TokenRole.CALLER) -> str:
         """A token for another caller (tests and the demo act as several callers)."""
-        return issue_token(self.store, caller)
+        return issue_token(self.store, caller, role=role)
 
     async def __aexit__(
         self,

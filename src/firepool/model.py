@@ -109,6 +109,26 @@ class JobKind(StrEnum):
     ELASTIC = "elastic"
 
 
+class TokenRole(StrEnum):
+    """What a token may do: a `caller` submits and sees its own jobs and pods; an `admin`
+    also changes pools and sees every caller's pods in full."""
+
+    CALLER = "caller"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a token authenticates: the caller it acts for and the role it holds."""
+
+    caller: str
+    role: TokenRole = TokenRole.CALLER
+
+    @property
+    def admin(self) -> bool:
+        return self.role is TokenRole.ADMIN
+
+
 class ErrorCode(StrEnum):
     """Stable error classes: every error a caller can see carries one of these.
 
@@ -119,6 +139,7 @@ class ErrorCode(StrEnum):
     VALIDATION = "ValidationError"
     FORBIDDEN_ENV = "ForbiddenEnv"
     UNAUTHORIZED = "Unauthorized"
+    FORBIDDEN = "Forbidden"
     NOT_FOUND = "NotFound"
     CONFLICT = "Conflict"
     LOST_RACE = "LostRace"
@@ -127,8 +148,10 @@ class ErrorCode(StrEnum):
     BAD_PACKAGE = "BadPackage"
     CONFIG = "ConfigError"
     UNKNOWN_POOL = "UnknownPool"
+    IMAGE_NOT_ALLOWED = "ImageNotAllowed"
     QUOTA = "QuotaExceeded"
     UNAVAILABLE = "Unavailable"
+    STORE_UNAVAILABLE = "StoreUnavailable"
     INTERNAL = "InternalError"
     # terminal job error classes
     NON_ZERO_EXIT = "NonZeroExit"
@@ -142,6 +165,9 @@ class ErrorCode(StrEnum):
     UNSCHEDULABLE = "Unschedulable"  # an elastic job no configuration of which can ever run
     # the error class of an elastic attempt the round policy ended to resize or preempt it
     PREEMPTED = "Preempted"
+    # an attempt stopped because the borrowed capacity it ran on went back to its owner:
+    # always retried, never counted against `max_retries`
+    RECLAIMED = "Reclaimed"
 
 
 # --------------------------------------------------------------------------- errors
@@ -177,6 +203,12 @@ class UnauthorizedError(FirepoolError):
     code = ErrorCode.UNAUTHORIZED
 
 
+class ForbiddenError(FirepoolError):
+    """An authenticated token whose role does not allow the operation (nothing was changed)."""
+
+    code = ErrorCode.FORBIDDEN
+
+
 class NotFoundError(FirepoolError):
     code = ErrorCode.NOT_FOUND
 
@@ -207,12 +239,33 @@ class UnknownPoolError(FirepoolError):
     code = ErrorCode.UNKNOWN_POOL
 
 
+class ImageNotAllowedError(FirepoolError):
+    """The job names an image that its pool's allowlist does not admit."""
+
+    code = ErrorCode.IMAGE_NOT_ALLOWED
+
+
 class QuotaExceededError(FirepoolError):
     code = ErrorCode.QUOTA
 
 
 class UnavailableError(FirepoolError):
     code = ErrorCode.UNAVAILABLE
+
+
+class StoreUnavailableError(UnavailableError):
+    """The database cannot take this request now (server down or restarting, connection
+    lost, SQLite locked by another writer, disk full). Nothing of the request was written
+    unless a retry finds it (a submission's `request_id`); `retry_after_s` is the broker's
+    hint, sent as `Retry-After`."""
+
+    code = ErrorCode.STORE_UNAVAILABLE
+
+    def __init__(
+        self, message: str, *, field: str | None = None, retry_after_s: float = 1.0
+    ) -> None:
+        super().__init__(message, field=field)
+        self.retry_after_s = retry_after_s
 
 
 # --------------------------------------------------------------------------- strict base
@@ -251,6 +304,37 @@ def _first_loc(err: ValidationError) -> tuple[str | None, str]:
     return loc, first["msg"]
 
 
+#: An image reference: a repository path, then an optional `:tag` or `@sha256:<digest>`.
+_IMAGE_REF = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._/-]*(:[0-9]+/[A-Za-z0-9._/-]+)?"  # registry port, then the path
+    r"(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[0-9a-f]{64})?$"
+)
+_IMAGE_PINNED = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def image_reference_problem(ref: str) -> str | None:
+    """Why `ref` is not an image reference (`repo[:tag][@sha256:<64 hex>]`), or None."""
+    if _IMAGE_REF.match(ref) is None:
+        return (
+            f"{ref!r} is not an image reference: expected repository[:tag] or "
+            "repository@sha256:<64 hex digits>"
+        )
+    return None
+
+
+def image_is_pinned(ref: str) -> bool:
+    """A reference pinned by digest names one immutable image; a tag may move."""
+    return _IMAGE_PINNED.search(ref) is not None
+
+
+def image_repository(ref: str) -> str:
+    """The repository of a reference, without its digest or tag (a registry port stays)."""
+    ref = ref.split("@", 1)[0]
+    slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    return ref[:colon] if colon > slash else ref
+
+
 class PoolSpec(StrictModel):
     """A hardware pool (SKU): one pod shape, one base image and the four scaling knobs.
 
@@ -277,6 +361,10 @@ class PoolSpec(StrictModel):
     max_gpus_per_caller: int | None = None
     template_version: int = 1
     preload_modules: tuple[str, ...] = ()
+    #: Custom images a job of this pool may name: exact digest-pinned references
+    #: (`repo@sha256:...`) or repository prefixes (`registry/team/trainer` admits that
+    #: repository at any tag or digest and every repository below it). Empty: none.
+    allowed_images: tuple[str, ...] = ()
 
     @model_validator(mode="wrap")
     @classmethod
@@ -314,6 +402,16 @@ class PoolSpec(StrictModel):
                 raise ConfigError(f"pool {self.name}: {field} must be >= 1", field=field)
         if self.step < 1:
             raise ConfigError(f"pool {self.name}: step must be >= 1", field="step")
+        for i, entry in enumerate(self.allowed_images):
+            bare = entry.rstrip("/")
+            problem = image_reference_problem(bare) if bare else "an empty entry"
+            if problem is None and "@" not in bare and bare != image_repository(bare):
+                problem = f"{entry!r} has a tag: allow a repository or a digest-pinned image"
+            if problem is not None:
+                raise ConfigError(
+                    f"pool {self.name}: allowed_images[{i}]: {problem}",
+                    field=f"allowed_images.{i}",
+                )
         if self.min_count > self.max_count:
             raise ConfigError(
                 f"pool {self.name}: min_count {self.min_count} exceeds max_count {self.max_count}",
@@ -572,10 +670,19 @@ class JobSpec(StrictModel):
                 )
         return env
 
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, image: str | None) -> str | None:
+        if image is not None:
+            problem = image_reference_problem(image)
+            if problem is not None:
+                raise PydanticCustomError("bad_image", problem, {})
+        return image
+
     @property
     def image_is_pinned(self) -> bool:
         """A digest-pinned custom image may be reused by its caller; a mutable tag may not."""
-        return self.image is not None and "@sha256:" in self.image
+        return self.image is not None and image_is_pinned(self.image)
 
 
 def attempt_id(job_id: str, retry: int) -> str:
@@ -607,6 +714,7 @@ class PodInfo:
     hold_until: float
     created_at: float
     isolation: str = ""
+    image: str | None = None  # a custom image; None: the pool's own
 
 
 @dataclass(frozen=True, slots=True)

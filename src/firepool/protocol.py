@@ -351,6 +351,9 @@ class AgentConfig(StrictModel):
     #: Host directories below which an attempt's `JobEnv.CHECKPOINT_DIR` may lie; the agent
     #: attaches that one directory to the pod for the attempt (the rest stays hidden).
     attach_roots: tuple[str, ...] = ()
+    #: Bytes of each stream (stdout, stderr) of an attempt the pod keeps; past it, a marker
+    #: line and the rest is dropped (`agent.output`).
+    max_output_bytes: Annotated[int, Field(ge=1024)] = 64 << 20
     #: CPU quota in cores (cgroup cpu.max / cfs quota), process cap and open-file cap.
     cpu_quota: Annotated[float, Field(gt=0)] | None = None
     pids_max: Annotated[int, Field(ge=16)] | None = None

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import httpx
 import sqlalchemy as sa
+from fastapi import FastAPI
 
 from firepool.api.context import ApiContext
 from firepool.api.hooks import FinishedListener, NoHooks
@@ -16,7 +17,7 @@ from firepool.store.logs import RankLogStorage
 from firepool.store.schema import jobs
 
 POOLS = [
-    PoolSpec(name="cpu", max_count=4),
+    PoolSpec(name="cpu", max_count=4, allowed_images=("registry.local/team",)),
     PoolSpec(name="gpu", accelerator="fake", accelerators_per_pod=1),
 ]
 
@@ -58,6 +59,8 @@ class Api:
     anonymous: httpx.Client
     #: The app's context (its long-poll waiters, for tests that must see a request parked).
     context: ApiContext
+    #: The served app itself (for tests that mount a route of their own on it).
+    app: FastAPI | None = None
 
     def job_count(self) -> int:
         with self.store.engine.connect() as conn:

@@ -56,7 +56,9 @@ def api(tmp_path: Path, server: tuple[ServedApp, Switch, httpx.HTTPTransport]) -
 
     clients = [client(tokens["alice"]), client(tokens["bob"]), client(None)]
     try:
-        yield Api(served.url, store, packages, logs, hooks, *clients, context=app.state.firepool)
+        yield Api(
+            served.url, store, packages, logs, hooks, *clients, context=app.state.firepool, app=app
+        )
     finally:
         switch.app = None
         store.close()

@@ -71,6 +71,8 @@ def test_refused_submissions_exit_125(cli: Invoke, broker: LiveBroker) -> None:
     assert result.exit_code == 125 and "UnknownPool" in result.stderr
     result = cli("run", "--pool", "cpu", "--env", "LD_PRELOAD=x", "--", "true")
     assert result.exit_code == 125 and "ForbiddenEnv" in result.stderr
+    result = cli("run", "--pool", "cpu", "--image", "docker.io/evil:1", "--", "true")
+    assert result.exit_code == 125 and "ImageNotAllowed" in result.stderr
     bad = cli("run", "--pool", "cpu", "--env", "NOEQUALS", "--", "true")
     assert bad.exit_code == 2 and "K=V" in bad.output
     assert broker.store.list_jobs() == []
@@ -81,6 +83,9 @@ def test_detach_prints_the_id(cli: Invoke, broker: LiveBroker) -> None:
     assert result.exit_code == 0
     job = broker.job(result.stdout.strip())
     assert job.spec.single_use and job.spec.pods == 2 and job.state == JobState.QUEUED
+    image = "registry.local/team/trainer:v3"
+    result = cli("run", "-d", "--pool", "cpu", "--image", image, "--", "true")
+    assert result.exit_code == 0 and broker.job(result.stdout.strip()).spec.image == image
 
 
 def test_exit_status_rules() -> None:

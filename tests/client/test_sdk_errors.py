@@ -91,9 +91,10 @@ def test_wait_timeout_leaves_the_job_alone(client: Client) -> None:
 
 
 def test_mapping_covers_every_typed_error() -> None:
-    typed = {
-        cls.code for cls in FirepoolError.__subclasses__() if cls.__module__ == "firepool.model"
-    }
+    def subclasses(cls: type[FirepoolError]) -> list[type[FirepoolError]]:
+        return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
+
+    typed = {cls.code for cls in subclasses(FirepoolError) if cls.__module__ == "firepool.model"}
     assert typed == set(ERROR_CLASSES)
     assert all(ERROR_CLASSES[code].code == code for code in ERROR_CLASSES)
     odd = error_from_body(500, {"error": "SomethingNew", "message": "later", "field": None})

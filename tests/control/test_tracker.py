@@ -286,7 +286,7 @@ def test_custom_images_pinned_reuse_within_session_mutable_retire() -> None:
     assert t.release("j4", 7.0).retired == [Retired("m", RetireReason.CUSTOM_IMAGE)]
 
 
-def test_new_template_marks_idle_pods_stale_and_busy_pods_retire_after_their_job() -> None:
+def test_new_template_marks_idle_pods_stale_and_busy_pods_stale_after_their_job() -> None:
     spec = cpu_pool(idle_timeout=100)
     t = Tracker([spec])
     a, b = ready_pods(t, "cpu", 2)
@@ -294,7 +294,21 @@ def test_new_template_marks_idle_pods_stale_and_busy_pods_retire_after_their_job
     stale = t.set_pool(spec.model_copy(update={"template_version": 2}))
     assert stale == [a]
     assert t.get(a).state is PodState.STALE
-    assert t.release("j1", 2.0).retired == [Retired(b, RetireReason.STALE_TEMPLATE)]
+    # Not retired at release: it drains through the scaler, within the drain budget.
+    released = t.release("j1", 2.0)
+    assert released.retired == [] and released.held == []
+    assert t.get(b).state is PodState.STALE
+    assert t.get(b).retire_after is RetireReason.STALE_TEMPLATE
+    assert isinstance(t.claim(request("j2"), 3.0), Wait)  # an old pod serves nothing new
+    t.check_invariants()
+
+
+def test_a_reclaimed_job_s_pods_retire_at_release_whatever_their_hold() -> None:
+    t = Tracker([cpu_pool(idle_timeout=100, caller_hold_seconds=60)])
+    ready_pods(t, "cpu", 1)
+    (pod,) = [p.name for p in lease(t.claim(request("j1"), 1.0)).pods]
+    assert t.retire_after_job("j1", RetireReason.RECLAIMED) == (pod,)
+    assert t.release("j1", 2.0).retired == [Retired(pod, RetireReason.RECLAIMED)]
 
 
 def test_restore_rebuilds_holds_and_leases_after_a_restart() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from firepool.model import PodState
+from firepool.model import PodState, TokenRole
 from firepool.protocol import ExitEvent
 from firepool.testing.service import BrokerThread, run, submit, wait_job
 
@@ -98,6 +98,9 @@ def test_owner_only_reuse(broker: BrokerThread) -> None:
         assert pods[pod]["owner"] is None  # bob does not learn who holds it
         mine = {p["name"]: p for p in alice.get("/v1/pods").json()["pods"]}
         assert mine[pod]["owner"] == "alice" and mine[pod]["state"] == "held"
+    with broker.client("root", TokenRole.ADMIN) as admin:  # an admin sees every pod in full
+        full = {p["name"]: p for p in admin.get("/v1/pods").json()["pods"]}
+        assert (full[pod]["owner"], full[pod]["lease_tag"]) == ("alice", "s")
 
 
 def test_new_tag_recycles_once_then_retires(broker: BrokerThread) -> None:

@@ -4,6 +4,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from firepool.model import TokenRole
 from firepool.store import open_store
 from firepool.store.engine import create_engine
 from firepool.store.migrate import current, head, upgrade
@@ -34,3 +35,23 @@ def test_opening_twice_is_a_no_op_upgrade(db: Scratch) -> None:
         assert {"jobs", "attempts", "pod_bindings", "packages", "callers", "tokens"} <= tables
     finally:
         store.close()
+
+
+def test_tokens_minted_before_roles_become_callers(db: Scratch) -> None:
+    engine = create_engine(db.url, **db.engine_options)
+    try:
+        upgrade(engine, "0001")
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO tokens (token_hash, caller, created_at, revoked) "
+                    "VALUES ('old', 'alice', 1.0, :no)"
+                ),
+                {"no": False},
+            )
+        upgrade(engine)
+        with engine.connect() as conn:
+            role = conn.execute(sa.text("SELECT role FROM tokens WHERE token_hash = 'old'"))
+            assert role.scalar_one() == TokenRole.CALLER.value
+    finally:
+        engine.dispose()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from firepool.model import Principal, TokenRole
 from firepool.store import JobStore
 from firepool.store.tokens import hash_token, new_token
 
@@ -24,3 +25,14 @@ def test_tokens_are_stored_hashed_and_revocable(store: JobStore) -> None:
     assert store.caller_for_token(token) is None  # the clear token is never a key
     store.revoke_token(digest)
     assert store.caller_for_token(digest) is None
+
+
+def test_tokens_carry_a_role_callers_by_default(store: JobStore) -> None:
+    plain, admin = hash_token(new_token()), hash_token(new_token())
+    store.add_token("alice", plain, now=1.0)
+    store.add_token("root", admin, now=1.0, role=TokenRole.ADMIN)
+    assert store.principal_for_token(plain) == Principal("alice", TokenRole.CALLER)
+    assert store.principal_for_token(admin) == Principal("root", TokenRole.ADMIN)
+    assert store.caller_for_token(admin) == "root"
+    store.revoke_token(admin)
+    assert store.principal_for_token(admin) is None

@@ -32,6 +32,7 @@ from firepool.agent.entry import python_entry
 from firepool.agent.events import EventPusher
 from firepool.agent.isolation import Scratch, confine
 from firepool.agent.layout import PodLayout
+from firepool.agent.output import BoundedStream
 from firepool.agent.reset import ResetContext, verified_reset
 from firepool.agent.spawner import ZygoteClient, ZygoteExit
 from firepool.model import ACCELERATORS, ConflictError, NotFoundError, parse_attempt_id
@@ -56,6 +57,8 @@ from firepool.protocol import (
 
 log = logging.getLogger("firepool.agent")
 
+#: How long an exit waits for the attempt's output copiers to reach the end of its streams.
+_OUTPUT_DRAIN_S = 2.0
 #: The environment variable that marks every process of this pod (see reset.py).
 MARKER_VAR = "FIREPOOL_POD_MARKER"
 OOM_RSS_FRACTION = 0.9
@@ -75,6 +78,8 @@ class Attempt:
     timer: threading.Timer | None = None
     #: Per stream, the byte offset up to which the broker has stored the output.
     acked: dict[str, int] = field(default_factory=dict)
+    #: The copiers of stdout and stderr into their bounded files.
+    outputs: list[BoundedStream] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.exited = threading.Event()
@@ -231,6 +236,10 @@ class Agent:
             entry = python_entry(req.argv) if req.warm else None
             mode = LaunchMode.FORK if entry is not None else LaunchMode.EXEC
             attempt = Attempt(request=req, mode=mode, oom_before=self.cgroups.oom_kills())
+            attempt.outputs = [
+                BoundedStream(attempt_dir / stream, stream, self.config.max_output_bytes)
+                for stream in ("stdout", "stderr")
+            ]
             with self._lock:
                 self.current = attempt
             spawn = {
@@ -239,8 +248,8 @@ class Agent:
                 "argv": req.argv,
                 "env": self._job_env(req),
                 "cwd": str(self.layout.work),
-                "stdout": str(attempt_dir / "stdout"),
-                "stderr": str(attempt_dir / "stderr"),
+                "stdout": str(attempt.outputs[0].pipe),
+                "stderr": str(attempt.outputs[1].pipe),
                 "sys_path": [str(self.layout.site)],
                 "rlimit_as": self.cgroups.rlimit_as,
                 "rlimits": self.rlimits,
@@ -251,9 +260,13 @@ class Agent:
             try:
                 pid, mono = self.zygote.spawn(spawn)
             except LaunchFailedError:
+                for output in attempt.outputs:
+                    output.abandon()
                 with self._lock:
                     self.current = None  # nothing runs; the pod stays dirty until reset
                 raise
+            for output in attempt.outputs:
+                output.start()  # the job holds the write ends now (spawned = set up)
             with self._lock:
                 attempt.pid, attempt.started_mono = pid, mono
                 attempt.launch = LaunchResponse(
@@ -343,6 +356,13 @@ class Agent:
     # ------------------------------------------------------------------ exit
 
     def _on_exit(self, ev: ZygoteExit) -> None:
+        with self._lock:
+            attempt = self.current
+        if attempt is not None and attempt.request.attempt == ev.attempt:
+            # The output files complete before the exit is reported (a descendant still
+            # holding a stream open is copied on, until the reset).
+            for output in attempt.outputs:
+                output.wait(_OUTPUT_DRAIN_S)
         with self._lock:
             attempt = self.current
             if attempt is None or attempt.request.attempt != ev.attempt:

@@ -22,6 +22,7 @@ from firepool.api.hooks import BrokerHooks, NoHooks
 from firepool.api.limits import DEFAULT_JSON_BYTES, BodyLimit
 from firepool.api.metrics import ApiMetrics, MetricsMiddleware
 from firepool.api.routes import internal, jobs, packages, pods, system
+from firepool.api.routes import pools as pool_routes
 from firepool.dashboard import routes as dashboard
 from firepool.model import PoolSpec
 from firepool.packages import PackageStore
@@ -83,6 +84,7 @@ def create_app(
     app.include_router(jobs.router)
     app.include_router(packages.router)
     app.include_router(system.router)
+    app.include_router(pool_routes.router)
     app.include_router(pods.router)
     app.include_router(internal.router)
     app.include_router(dashboard.router)

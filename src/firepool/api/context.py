@@ -13,7 +13,7 @@ from firepool.api.auth import TokenAuthenticator
 from firepool.api.hooks import BrokerHooks
 from firepool.api.metrics import ApiMetrics
 from firepool.api.waiters import JobWaiters
-from firepool.model import PoolSpec
+from firepool.model import ForbiddenError, PoolSpec, Principal, TokenRole
 from firepool.packages import PackageStore
 from firepool.store import AsyncSubmit, JobStore, Submitted
 from firepool.store.logs import LogChunk
@@ -64,10 +64,16 @@ Context = Annotated[ApiContext, Depends(get_context)]
 
 @dataclass(frozen=True, slots=True)
 class Session:
-    """An authenticated request's view: the API context and the caller it acts for."""
+    """An authenticated request's view: the API context, the caller it acts for and the
+    token's role."""
 
     context: ApiContext
     caller: str
+    role: TokenRole = TokenRole.CALLER
+
+    @property
+    def admin(self) -> bool:
+        return self.role is TokenRole.ADMIN
 
 
 async def authenticate(request: Request) -> Session:
@@ -77,15 +83,30 @@ async def authenticate(request: Request) -> Session:
     context: ApiContext = request.app.state.firepool
     header = request.headers.get("authorization")
     hit = context.auth.cached(header)
-    if hit is not None and hit[1] is not None:
+    if hit is not None:
         context.metrics.auth.labels("hit").inc()
-        return Session(context, hit[1])
+        return Session(context, hit.caller, hit.role)
     context.metrics.auth.labels("miss").inc()
-    caller: str = await run_in_threadpool(context.auth.lookup, header)
-    return Session(context, caller)
+    found: Principal = await run_in_threadpool(context.auth.principal, header)
+    return Session(context, found.caller, found.role)
 
 
 Authed = Annotated[Session, Depends(authenticate)]
+
+
+async def require_admin(session: Authed) -> Session:
+    """The dependency of admin routes (changing pools): a caller token gets a typed 403
+    before the route body runs, so nothing is changed."""
+    if not session.admin:
+        raise ForbiddenError(
+            f"this operation needs an admin token; {session.caller!r} holds a caller token",
+            field="Authorization",
+        )
+    return session
+
+
+#: An authenticated admin request: `async def route(session: AdminSession)`.
+AdminSession = Annotated[Session, Depends(require_admin)]
 
 
 def bearer(request: Request) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
 import types
 import typing
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from firepool.model import ErrorCode, FirepoolError
+from firepool.model import ErrorCode, FirepoolError, StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,10 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.FORBIDDEN_ENV: 422,
     ErrorCode.BAD_PACKAGE: 422,
     ErrorCode.UNKNOWN_POOL: 422,
+    ErrorCode.CONFIG: 422,  # a pool spec a request carried (an admin's pool edit)
+    ErrorCode.IMAGE_NOT_ALLOWED: 422,
     ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.FORBIDDEN: 403,
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.CONFLICT: 409,
     ErrorCode.LOST_RACE: 409,
@@ -42,6 +46,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
     ErrorCode.QUOTA: 429,
     ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.STORE_UNAVAILABLE: 503,
 }
 
 _LOCATIONS = {"body", "query", "path", "header", "cookie"}
@@ -60,8 +65,12 @@ def error_response(
     *,
     status: int | None = None,
     problems: Sequence[Problem] = (),
+    retry_after_s: float | None = None,
 ) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if code == ErrorCode.UNAUTHORIZED else None
+    headers = {"WWW-Authenticate": "Bearer"} if code == ErrorCode.UNAUTHORIZED else {}
+    if retry_after_s is not None:
+        # Whole seconds (RFC 9110); at least 1, so a client never retries in a tight loop.
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
     body: dict[str, Any] = {"error": code.value, "message": message, "field": field}
     if problems:
         body["problems"] = [
@@ -169,7 +178,10 @@ def body_model(request: Request) -> type[BaseModel] | None:
 def install(app: FastAPI) -> None:
     @app.exception_handler(FirepoolError)
     async def _typed(_request: Request, err: FirepoolError) -> JSONResponse:
-        return error_response(err.code, err.message, err.field)
+        retry_after = err.retry_after_s if isinstance(err, StoreUnavailableError) else None
+        if retry_after is not None:
+            log.warning("store unavailable: %s", err.message)
+        return error_response(err.code, err.message, err.field, retry_after_s=retry_after)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:

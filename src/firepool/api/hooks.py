@@ -23,7 +23,16 @@ from typing import Protocol
 
 from prometheus_client.registry import Collector
 
-from firepool.model import NotFoundError, PodInfo, PoolStats, RoundAllocation, TimelinePoint
+from firepool.control.rollout import RolloutProgress
+from firepool.model import (
+    NotFoundError,
+    PodInfo,
+    PoolSpec,
+    PoolStats,
+    RoundAllocation,
+    TimelinePoint,
+    UnavailableError,
+)
 from firepool.protocol import ExitEvent
 from firepool.store import JobRecord
 
@@ -71,6 +80,16 @@ class BrokerHooks(Protocol):
         ...
 
     def progress_token_ok(self, attempt: str, token: str) -> bool: ...
+
+    def apply_pool(self, spec: PoolSpec) -> PoolSpec:
+        """An admin's edit of a pool: the spec the broker runs from now on (a changed
+        template rolls the pool's pods over). Raises a typed error and changes nothing when
+        the edit is refused."""
+        ...
+
+    def rollouts(self) -> list[RolloutProgress]:
+        """Each pool's rollout progress."""
+        ...
 
     def progress(
         self, job_id: str, attempt: str, *, samples_per_s: float | None, fraction: float | None
@@ -125,6 +144,12 @@ class NoHooks:
 
     def progress_token_ok(self, attempt: str, token: str) -> bool:
         return False
+
+    def apply_pool(self, spec: PoolSpec) -> PoolSpec:
+        raise UnavailableError("no broker runs behind this API: pools cannot change here")
+
+    def rollouts(self) -> list[RolloutProgress]:
+        return []
 
     def progress(
         self, job_id: str, attempt: str, *, samples_per_s: float | None, fraction: float | None

@@ -111,8 +111,32 @@ class PackageOut(StrictModel):
     created: bool
 
 
+class RolloutOut(StrictModel):
+    """How far a pool's pods are on its current template (`done` when no old pod is left):
+    old pods wait idle to drain (`stale_idle`), finish their job first (`stale_busy`) or are
+    being deleted (`retiring`)."""
+
+    pool: str
+    template_version: int
+    pods: int
+    current: int
+    stale_idle: int
+    stale_busy: int
+    retiring: int
+    done: bool
+
+
 class PoolListOut(StrictModel):
     pools: list[PoolSpec]
+    #: Each pool's rollout progress (empty from an API without a broker).
+    rollouts: list[RolloutOut] = Field(default_factory=list)
+
+
+class PoolOut(StrictModel):
+    """A pool as the broker runs it after an edit, and its rollout."""
+
+    pool: PoolSpec
+    rollout: RolloutOut
 
 
 class LogsOut(StrictModel):
@@ -145,6 +169,8 @@ class PodView(StrictModel):
     created_at: float
     #: How the pod is isolated (`private` or `weak`, see docs/pod-agent.md); None if unknown.
     isolation: str | None = None
+    #: The pod's custom image (None: the pool's own); `custom` on another caller's pod.
+    image: str | None = None
 
 
 class PodList(StrictModel):

@@ -42,11 +42,12 @@ from typing import Literal
 
 from firepool.agent import isolation as iso
 from firepool.agent import procfs
+from firepool.agent.output import DEFAULT_MAX_BYTES
 from firepool.agent.runtime import MARKER_VAR
 from firepool.backends.base import BackendCapabilities, BaseBackend, PodCreate, PodRecord
 from firepool.backends.gpus import discover
 from firepool.backends.gpus import fake_devices as make_fake_devices
-from firepool.model import ConfigError, PodRole, PoolSpec, UnavailableError
+from firepool.model import ConfigError, PodRole, PoolSpec, UnavailableError, image_repository
 from firepool.protocol import AgentConfig, Health, IsolationMode
 
 log = logging.getLogger("firepool.backends.local")
@@ -112,6 +113,8 @@ class LocalBackend(BaseBackend):
         nofile: int | None = 65536,
         cpu_quota: bool = True,
         broker_silence_s: float | Literal["keep-alive"] | None = None,
+        images: Mapping[str, str | os.PathLike[str]] | None = None,
+        max_output_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         """`volumes` maps a per-pod volume name to whether reset wipes it (True) or keeps it as
         a cache (False); each is `<pod>/volumes/<name>`, exported to jobs as
@@ -123,7 +126,12 @@ class LocalBackend(BaseBackend):
         (`JobEnv.CHECKPOINT_DIR`) is attached to its pod when it lies below one of
         `attach_roots` (default: `checkpoints` beside the backend root, the embedded broker's
         layout). `pids_max` and `nofile` cap each pod's processes and each process's open
-        files; `cpu_quota` turns the pool's `cpus_per_pod` into a CFS quota."""
+        files; `cpu_quota` turns the pool's `cpus_per_pod` into a CFS quota. `images` says
+        what a custom image is here: an image reference or repository -> an environment
+        directory (a virtual environment, or any prefix with `bin/python` that can run
+        `firepool.agent`); a custom-image pod's agent, and so its jobs, run on that
+        interpreter. A pod keeps at most `max_output_bytes` of each stream of an attempt
+        (`agent.output`)."""
         if uid_base < 1000 or uid_count < 1 or uid_base + uid_count > 2**32 - 2:
             raise ConfigError(
                 f"uid range {uid_base}+{uid_count} must lie in 1000 .. 2^32-2", field="uid_base"
@@ -155,6 +163,7 @@ class LocalBackend(BaseBackend):
             path.mkdir(mode=0o711, parents=True, exist_ok=True)  # agents open it at start
         self.attach_roots = tuple(str(Path(p).resolve()) for p in attach_roots)
         self.pids_max = pids_max
+        self.max_output_bytes = max_output_bytes
         self.nofile = nofile
         self.cpu_quota = cpu_quota
         if broker_silence_s not in (None, "keep-alive") and not (
@@ -170,6 +179,7 @@ class LocalBackend(BaseBackend):
         #: Every uid this backend gave a pod (leftover checks look for processes of these).
         self.uids_handed_out: set[int] = set()
         self.python = python
+        self.images = {ref: Path(where) for ref, where in (images or {}).items()}
         self.shutdown_grace_s = shutdown_grace_s
         self.verify_timeout_s = verify_timeout_s
         self.agent_env = dict(agent_env or {})
@@ -333,6 +343,40 @@ class LocalBackend(BaseBackend):
 
     # ------------------------------------------------------------------ create
 
+    def environment(self, image: str) -> Path:
+        """The environment directory of a custom image: the entry for the exact reference,
+        else for its repository, else for the nearest parent path of the repository."""
+        candidates = [image]
+        repository = image_repository(image)
+        while repository:
+            candidates.append(repository)
+            repository = repository.rpartition("/")[0]
+        for ref in candidates:
+            where = self.images.get(ref)
+            if where is not None:
+                return where
+        raise ConfigError(
+            f"image {image!r} has no environment directory on the local backend "
+            "(add it to the catalog's [local_images])",
+            field="image",
+        )
+
+    def check_images(self, pools: Sequence[PoolSpec]) -> None:
+        """Every image a pool admits must have an environment here: refused at start-up, so
+        an admitted job never queues for a pod this backend cannot make."""
+        for pool in pools:
+            for entry in pool.allowed_images:
+                try:
+                    where = self.environment(entry.rstrip("/"))
+                except ConfigError as err:
+                    message = f"pool {pool.name}: {err.message}"
+                    raise ConfigError(message, field="local_images") from None
+                if not (where / "bin" / "python").exists():
+                    raise ConfigError(
+                        f"pool {pool.name}: image {entry!r}: {where} has no bin/python",
+                        field="local_images",
+                    )
+
     async def create(self, request: PodCreate) -> PodRecord:
         async with self._lock:
             return self._create(request)
@@ -362,6 +406,9 @@ class LocalBackend(BaseBackend):
         uid: int | None,
     ) -> PodRecord:
         pool = req.pool
+        python = self.python
+        if req.image is not None:  # resolved first: an unknown image leaves nothing behind
+            python = str(self.environment(req.image) / "bin" / "python")
         pod_dir = self.root / name
         pod_dir.mkdir(mode=0o700)
         secret = secrets.token_urlsafe(24)
@@ -406,6 +453,7 @@ class LocalBackend(BaseBackend):
             attach_roots=self.attach_roots,
             cpu_quota=pool.cpus_per_pod if self.cpu_quota and pool.cpus_per_pod > 0 else None,
             broker_silence_s=silence_bound(self.broker_silence_s, pool),
+            max_output_bytes=self.max_output_bytes,
             pids_max=self.pids_max,
             nofile=self.nofile,
         )
@@ -418,7 +466,7 @@ class LocalBackend(BaseBackend):
         listener.bind(("127.0.0.1", 0))
         listener.listen(128)
         port = listener.getsockname()[1]
-        cmd = [self.python, "-m", "firepool.agent", "--config", str(config_path),
+        cmd = [python, "-m", "firepool.agent", "--config", str(config_path),
                "--listen-fd", str(listener.fileno())]  # fmt: skip
         if self._unshare:
             cmd = [*self._unshare, *cmd]

@@ -1,5 +1,6 @@
 """`firepool pods` and `firepool pools`: what the broker has warm, and what it may create;
-`firepool pods prune` removes the pods of a broker that will not come back."""
+`firepool pods prune` removes the pods of a broker that will not come back; `firepool pools
+apply` changes pools from a catalog file (admins; a changed template rolls pods over)."""
 
 from __future__ import annotations
 
@@ -101,20 +102,70 @@ def pods(
     emit(found, output, as_json, lambda wide: pods_table(found, wide=wide))
 
 
-def pools(
+pools_app = typer.Typer(help="The pools; `firepool pools apply` changes them (admins).")
+
+
+@pools_app.callback(invoke_without_command=True)
+def pools_main(
+    ctx: typer.Context,
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
-    """List the pools (SKUs) and their scaling knobs."""
+    """List the pools (SKUs), their scaling knobs and each one's template rollout."""
+    if ctx.invoked_subcommand is None:
+        pools(output, as_json, url, token)
+
+
+def pools(
+    output: Output = Output.TABLE,
+    as_json: bool = False,
+    url: str | None = None,
+    token: str | None = None,
+) -> None:
     from firepool.cli.tables import pools_table
 
     with connect(url, token) as client, broker_errors():
-        found = client.pools()
-    emit(found, output, as_json, lambda wide: pools_table(found, wide=wide))
+        status = client.pool_status()
+    found = status.pools
+    emit(found, output, as_json,
+         lambda wide: pools_table(found, wide=wide, rollouts=status.rollouts))
+
+
+@pools_app.command("apply")
+def apply(
+    catalog: Path = typer.Argument(..., help="A catalog file (TOML or YAML) naming the pools."),
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Apply each pool of a catalog file to the running broker (an admin token). A changed
+    template (image, shape, preloaded modules, or a higher template_version) rolls the pool's
+    pods over: idle old pods first, busy ones after their job, drain_budget at a time.
+    Budgets and scaler knobs of the file are the broker's start-up settings, not applied."""
+    from firepool.cli.tables import pools_table
+    from firepool.model import UnknownPoolError
+    from firepool.service.catalog import load_catalog
+
+    with broker_errors():
+        wanted = load_catalog(catalog)
+    with connect(url, token) as client, broker_errors():
+        known = {p.name for p in client.pools()}
+        unknown = [spec.name for spec in wanted.pools if spec.name not in known]
+        if unknown:  # refuse before changing anything
+            raise UnknownPoolError(
+                f"{catalog}: the broker has no pool {', '.join(map(repr, unknown))} "
+                f"(it has {', '.join(sorted(known))}); pools are added at start-up",
+                field="pools",
+            )
+        applied = [client.apply_pool(spec) for spec in wanted.pools]
+    specs = [a.pool for a in applied]
+    rollouts = [a.rollout for a in applied]
+    emit(specs, output, as_json, lambda wide: pools_table(specs, wide=wide, rollouts=rollouts))
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(pods_app, name="pods")
-    app.command()(pools)
+    app.add_typer(pools_app, name="pools")

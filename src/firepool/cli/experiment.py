@@ -65,3 +65,16 @@ def elastic(
         main(exp, out)
     except FileNotFoundError as err:
         raise typer.BadParameter(str(err), param_hint="--example") from None
+
+
+@experiment_app.command("rollout")
+def rollout(
+    out: Path = typer.Option(Path("results/rollout"), help="Directory for JSON and markdown."),
+    callers: int = typer.Option(12, min=1, help="Callers with no think time [12]."),
+    load_s: float = typer.Option(30.0, min=0.0, help="Seconds of load before the edit."),
+    window_s: float = typer.Option(120.0, min=1.0, help="Seconds measured after the edit."),
+) -> None:
+    """The broker paper's template rollout under saturated load (C.3), on local pods."""
+    from firepool.experiment.rollout import RolloutRun, main
+
+    main(RolloutRun(callers=callers, load_s=load_s, window_s=window_s), out)

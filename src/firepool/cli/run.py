@@ -93,6 +93,10 @@ def run(
     single_use: Annotated[
         bool, typer.Option("--single-use", help="A fresh pod, deleted afterwards.")
     ] = False,
+    image: Annotated[
+        str | None,
+        typer.Option("--image", help="Your own image, from the pool's allowed_images."),
+    ] = None,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Job time limit in seconds.")
     ] = None,
@@ -121,6 +125,8 @@ def run(
         options["pods"] = pods
     if single_use:
         options["single_use"] = True
+    if image is not None:
+        options["image"] = image
     if timeout is not None:
         options["timeout_s"] = timeout
     if max_retries is not None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from firepool.client.config import default_data_dir
-from firepool.model import FirepoolError
+from firepool.model import ConfigError, FirepoolError, TokenRole
 
 if TYPE_CHECKING:
     from firepool.backends.kubernetes import KubernetesSettings
@@ -34,6 +34,15 @@ def serve(
     ),
     catalog: Path | None = typer.Option(None, "--catalog", help="Pool catalog (TOML or YAML)."),
     fake_gpus: int = typer.Option(0, "--fake-gpus", help="Pretend this many GPUs exist."),
+    capacity_source: str | None = typer.Option(
+        None,
+        "--capacity-source",
+        help="Borrowable capacity to poll: file:PATH or an http(s) URL answering "
+        '{"H200": 2} (units per model the broker may borrow).',
+    ),
+    capacity_poll_s: float = typer.Option(
+        10.0, "--capacity-poll-s", help="Seconds between reads of --capacity-source."
+    ),
     isolation: str = typer.Option(
         "auto",
         help="Pod isolation: auto, private or weak. Weak (shared /tmp, /var/tmp, /dev/shm and "
@@ -61,6 +70,8 @@ def serve(
     """Run the broker: API, dispatcher, scaler and pods, until SIGINT or SIGTERM."""
     from firepool.composition import EmbeddedBroker
     from firepool.service import logs
+    from firepool.service.broker import BrokerConfig
+    from firepool.service.capacity import open_capacity_source
     from firepool.service.catalog import load_catalog
 
     logs.configure(log_level)
@@ -71,6 +82,9 @@ def serve(
     root = data_dir or default_data_dir()
     try:
         pools = load_catalog(catalog) if catalog else None
+        borrowable = open_capacity_source(capacity_source) if capacity_source else None
+        if not capacity_poll_s > 0:
+            raise ConfigError("--capacity-poll-s must be > 0", field="capacity_poll_s")
         cluster = (
             kubernetes_settings(namespace, kubeconfig, pod_templates, api_qps, agent_port)
             if backend == "kubernetes"
@@ -109,6 +123,8 @@ def serve(
             tune_gc=True,
             backend="kubernetes" if cluster is not None else "local",
             kubernetes=cluster,
+            capacity=borrowable,
+            config=BrokerConfig(capacity_poll_s=capacity_poll_s),
         ) as broker:
             log.info("serving on %s (data dir %s); token in %s", broker.url, root, root / "token")
             typer.echo(f"firepool serving on {broker.url}", err=True)
@@ -182,6 +198,12 @@ def token_create(
     name: str = typer.Argument(..., help="The caller this token authenticates."),
     data_dir: Path | None = typer.Option(None, "--data-dir"),
     store: str | None = typer.Option(None, "--store", envvar="FIREPOOL_STORE_URL"),
+    role: TokenRole = typer.Option(
+        TokenRole.CALLER,
+        "--role",
+        help="caller: submit and see its own jobs and pods; admin: also change pools and "
+        "see every caller's pods in full.",
+    ),
 ) -> None:
     """Mint a token for a caller and print it (only its hash is stored)."""
     from firepool.api.auth import issue_token
@@ -189,6 +211,6 @@ def token_create(
 
     handle = open_store(store, data_dir=data_dir or default_data_dir())
     try:
-        typer.echo(issue_token(handle, name))
+        typer.echo(issue_token(handle, name, role=role))
     finally:
         handle.close()

@@ -49,6 +49,26 @@ def shared_pool(
 
 
 @sim_app.command()
+def rollout(
+    out: str = _OUT, seeds: int = typer.Option(10, "--seeds"), workers: int | None = _WORKERS
+) -> None:
+    """A template rollout under saturated load, paper vs ours (broker paper C.3)."""
+    from firepool.sim.experiments.rollout import run_rollout
+
+    _done(run_rollout(out, seeds, workers))
+
+
+@sim_app.command()
+def borrowing(
+    out: str = _OUT, seeds: int = typer.Option(3, "--seeds"), workers: int | None = _WORKERS
+) -> None:
+    """Borrow and give back an owner's cards, paper vs ours (broker paper A.7, C.3)."""
+    from firepool.sim.experiments.borrowing import run_borrowing
+
+    _done(run_borrowing(out, seeds, workers))
+
+
+@sim_app.command()
 def frontier(
     out: str = _OUT,
     seeds: int = typer.Option(3, "--seeds"),

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from firepool.api.schemas import JobOut, PodView
+    from firepool.api.schemas import JobOut, PodView, RolloutOut
     from firepool.model import PoolSpec
 
 STATE_STYLE = {
@@ -110,7 +110,7 @@ def pods_table(pods: Sequence[PodView], now: float | None = None, *, wide: bool 
     table.add_column("POOL")
     table.add_column("ROLE")
     _key_column(table, "STATE", [p.state for p in pods])
-    for name in ("OWNER", "QUEUE", "TAG", "JOB", "HOLD", "ISOLATION"):
+    for name in ("OWNER", "QUEUE", "TAG", "JOB", "HOLD", "ISOLATION", "IMAGE"):
         table.add_column(name)
     if wide:
         table.add_column("GROUP")
@@ -130,6 +130,7 @@ def pods_table(pods: Sequence[PodView], now: float | None = None, *, wide: bool 
             _dash(pod.job),
             hold,
             _dash(pod.isolation),
+            _dash(pod.image),
             *extra,
             ago(pod.created_at, now),
         )
@@ -140,13 +141,16 @@ def _clock(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
-def pools_table(pools: Sequence[PoolSpec], *, wide: bool = False) -> Table:
+def pools_table(
+    pools: Sequence[PoolSpec], *, wide: bool = False, rollouts: Sequence[RolloutOut] = ()
+) -> Table:
     table = _table()
     _key_column(table, "NAME", [p.name for p in pools])
     for name in ("SHAPE", "MEMORY", "FLOOR", "IDLE CAP", "CEILING", "KEEP-ALIVE"):
         table.add_column(name)
-    for name in ("HOLD", "STANDBYS", "TAGS"):
+    for name in ("HOLD", "STANDBYS", "TAGS", "ROLLOUT"):
         table.add_column(name)
+    progress = {r.pool: r for r in rollouts}
     if wide:
         for name in ("STEP", "IMAGE", "PODS/CALLER", "GPUS/CALLER", "TEMPLATE"):
             table.add_column(name)
@@ -167,6 +171,7 @@ def pools_table(pools: Sequence[PoolSpec], *, wide: bool = False) -> Table:
             f"{pool.hold_seconds:g}s",
             str(pool.standbys_per_active),
             pool.lease_tag_mode.value,
+            rollout_cell(progress.get(pool.name)),
             *(
                 [
                     str(pool.step),
@@ -180,3 +185,20 @@ def pools_table(pools: Sequence[PoolSpec], *, wide: bool = False) -> Table:
             ),
         )
     return table
+
+
+def rollout_cell(progress: RolloutOut | None) -> str:
+    """`v3 done`, or `v3 2/4` (pods on the current template / all) with what is left."""
+    if progress is None:
+        return "-"
+    head = f"v{progress.template_version}"
+    if progress.done:
+        return f"{head} done"
+    left = []
+    if progress.stale_idle:
+        left.append(f"{progress.stale_idle} idle old")
+    if progress.stale_busy:
+        left.append(f"{progress.stale_busy} busy old")
+    if progress.retiring:
+        left.append(f"{progress.retiring} draining")
+    return f"{head} {progress.current}/{progress.pods} ({', '.join(left)})"

@@ -21,12 +21,13 @@ from typing import Any, TypeVar, Unpack
 import httpx
 from pydantic import BaseModel
 
-from firepool.api.schemas import JobOut, PodView, ProgressIn, ProgressOut
+from firepool.api.schemas import JobOut, PodView, PoolListOut, PoolOut, ProgressIn, ProgressOut
 from firepool.client import calls
-from firepool.client.base import DEFAULT_TIMEOUT, ClientBase, is_digest
+from firepool.client.base import DEFAULT_RETRY_S, DEFAULT_TIMEOUT, ClientBase, is_digest
 from firepool.client.errors import WaitTimeoutError, unreachable
 from firepool.client.packaging import load_package
 from firepool.client.polling import LogCursor, Step, Waiting
+from firepool.client.retry import Retrying
 from firepool.client.session import AsyncClientSession, session_defaults
 from firepool.model import JobSpec, JobState, PoolSpec
 
@@ -43,25 +44,33 @@ class AsyncClient(ClientBase):
         *,
         timeout: float = DEFAULT_TIMEOUT,
         data_dir: str | os.PathLike[str] | None = None,
+        retry_s: float = DEFAULT_RETRY_S,
     ) -> None:
-        super().__init__(url, token, timeout=timeout, data_dir=data_dir)
+        super().__init__(url, token, timeout=timeout, data_dir=data_dir, retry_s=retry_s)
         self._http = httpx.AsyncClient(base_url=self.url, headers=self._headers(), timeout=timeout)
 
     # ------------------------------------------------------------------ plumbing
     async def _send(self, call: calls.Call[ModelT]) -> ModelT:
-        try:
-            response = await self._http.request(
-                call.method,
-                call.path,
-                params=call.params or None,
-                json=call.json,
-                content=call.content,
-                headers=call.headers or None,
-                timeout=self.timeout + call.hold_s if call.hold_s else httpx.USE_CLIENT_DEFAULT,
-            )
-        except httpx.TransportError as err:
-            raise unreachable(self.url, err) from err
-        return call.parse(response)
+        """Send `call`; a 503 to a call safe to repeat is waited out (`client.retry`)."""
+        retrying = Retrying(self.retry_s) if call.retry else None
+        began = time.monotonic()
+        while True:
+            try:
+                response = await self._http.request(
+                    call.method,
+                    call.path,
+                    params=call.params or None,
+                    json=call.json,
+                    content=call.content,
+                    headers=call.headers or None,
+                    timeout=self.timeout + call.hold_s if call.hold_s else httpx.USE_CLIENT_DEFAULT,
+                )
+            except httpx.TransportError as err:
+                raise unreachable(self.url, err) from err
+            pause = None if retrying is None else retrying.pause(response, time.monotonic() - began)
+            if pause is None:
+                return call.parse(response)
+            await asyncio.sleep(pause)
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -211,6 +220,14 @@ class AsyncClient(ClientBase):
     # ------------------------------------------------------------------ capacity
     async def pools(self) -> builtins.list[PoolSpec]:
         return (await self._send(calls.pools())).pools
+
+    async def pool_status(self) -> PoolListOut:
+        """The pools and each one's template rollout progress."""
+        return await self._send(calls.pools())
+
+    async def apply_pool(self, spec: PoolSpec) -> PoolOut:
+        """Change a pool (admin tokens only); a changed template rolls its pods over."""
+        return await self._send(calls.apply_pool(spec))
 
     async def pods(self) -> builtins.list[PodView]:
         return (await self._send(calls.pods())).pods

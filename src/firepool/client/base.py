@@ -8,10 +8,13 @@ import re
 
 from firepool import __version__
 from firepool.client.config import ClientConfig, resolve
+from firepool.client.retry import DEFAULT_BUDGET_S
 from firepool.client.session import Session
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 DEFAULT_TIMEOUT = 30.0
+#: How long a call safe to repeat keeps being retried through 503s (a store restart).
+DEFAULT_RETRY_S = DEFAULT_BUDGET_S
 
 
 class ClientBase:
@@ -22,9 +25,12 @@ class ClientBase:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         data_dir: str | os.PathLike[str] | None = None,
+        retry_s: float = DEFAULT_RETRY_S,
     ) -> None:
         self.config: ClientConfig = resolve(url, token, data_dir=data_dir)
         self.timeout = timeout
+        #: Seconds a 503 is waited out on a call safe to repeat before it is raised (0: never).
+        self.retry_s = retry_s
         #: Digests this client has uploaded or seen accepted: each is sent at most once.
         self._uploaded: set[str] = set()
         self._session_key = object()

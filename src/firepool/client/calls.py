@@ -9,6 +9,7 @@ served OpenAPI document, so a renamed route, parameter or field breaks a test, n
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,11 +26,12 @@ from firepool.api.schemas import (
     PackageOut,
     PodList,
     PoolListOut,
+    PoolOut,
     ProgressIn,
     ProgressOut,
 )
 from firepool.client.errors import error_from_response
-from firepool.model import ElasticSpec, JobKind, JobSpec, JobState, Topology
+from firepool.model import ElasticSpec, JobKind, JobSpec, JobState, PoolSpec, Topology
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -89,6 +91,7 @@ ROUTES: dict[str, Route] = {
     ),
     "upload_package": Route("POST", "/v1/packages", raw_body=True, result=PackageOut),
     "pools": Route("GET", "/v1/pools", result=PoolListOut),
+    "apply_pool": Route("PUT", "/v1/pools/{name}", body=PoolSpec, result=PoolOut),
     "pods": Route("GET", "/v1/pods", result=PodList),
 }
 
@@ -107,6 +110,8 @@ class Call(Generic[ModelT]):
     #: Seconds the broker may hold the request on purpose (a long poll): added to the
     #: client's timeout so that a held request is not mistaken for a dead broker.
     hold_s: float = 0.0
+    #: Safe to send again after a 503 (`client.retry`): reads and the idempotent writes.
+    retry: bool = False
 
     def parse(self, response: httpx.Response) -> ModelT:
         if response.is_error:
@@ -114,19 +119,28 @@ class Call(Generic[ModelT]):
         return self.result.model_validate_json(response.content)
 
 
+#: Writes that may be sent twice with the effect of once: a submission (by its request id),
+#: a cancel, a package upload (by its digest). Every GET may be repeated too.
+IDEMPOTENT = frozenset({"submit", "cancel", "upload_package"})
+
+
 def _call(name: str, result: type[ModelT], /, **path: str) -> Call[ModelT]:
     route = ROUTES[name]
     assert route.result is result, f"{name} answers {route.result}"
     url = route.path.format(**{k: quote(v, safe="") for k, v in path.items()})
-    return Call(route.method, url, result)
+    return Call(route.method, url, result, retry=route.method == "GET" or name in IDEMPOTENT)
 
 
 def submit(body: Mapping[str, Any] | JobSpec) -> Call[JobOut]:
     """A submission. A `JobSpec` is sent as validated; a mapping is sent as it is, so the
-    broker (not the SDK) names a misspelt field."""
+    broker (not the SDK) names a misspelt field. Without a `request_id` it gets a fresh one:
+    a submission retried after a lost answer (a 503, the store restarting) then returns the
+    job the first try created instead of queueing it twice."""
     payload = body.model_dump(mode="json") if isinstance(body, JobSpec) else dict(body)
+    if payload.get("request_id") is None:
+        payload["request_id"] = f"sdk-{uuid.uuid4().hex}"
     call = _call("submit", JobOut)
-    return Call(call.method, call.path, JobOut, json=payload)
+    return Call(call.method, call.path, JobOut, json=payload, retry=call.retry)
 
 
 def get(job_id: str, *, wait_s: float | None = None) -> Call[JobOut]:
@@ -135,7 +149,8 @@ def get(job_id: str, *, wait_s: float | None = None) -> Call[JobOut]:
     call = _call("get", JobOut, job_id=job_id)
     if not wait_s:
         return call
-    return Call(call.method, call.path, JobOut, params=(("wait_s", f"{wait_s:g}"),), hold_s=wait_s)
+    params = (("wait_s", f"{wait_s:g}"),)
+    return Call(call.method, call.path, JobOut, params=params, hold_s=wait_s, retry=True)
 
 
 def cancel(job_id: str) -> Call[JobOut]:
@@ -145,7 +160,7 @@ def cancel(job_id: str) -> Call[JobOut]:
 def progress(job_id: str, report: ProgressIn) -> Call[ProgressOut]:
     call = _call("progress", ProgressOut, job_id=job_id)
     body = report.model_dump(mode="json", exclude_none=True)
-    return Call(call.method, call.path, ProgressOut, json=body)
+    return Call(call.method, call.path, ProgressOut, json=body, retry=call.retry)
 
 
 def list_jobs(
@@ -168,7 +183,7 @@ def list_jobs(
     if after is not None:
         params.append(("after", after))
     call = _call("list", JobListOut)
-    return Call(call.method, call.path, JobListOut, params=tuple(params))
+    return Call(call.method, call.path, JobListOut, params=tuple(params), retry=True)
 
 
 def logs(
@@ -180,7 +195,7 @@ def logs(
     if limit is not None:
         params.append(("limit", limit))
     call = _call("logs", LogsOut, job_id=job_id)
-    return Call(call.method, call.path, LogsOut, params=tuple(params))
+    return Call(call.method, call.path, LogsOut, params=tuple(params), retry=True)
 
 
 def upload_package(data: bytes) -> Call[PackageOut]:
@@ -191,11 +206,17 @@ def upload_package(data: bytes) -> Call[PackageOut]:
         PackageOut,
         content=data,
         headers={"Content-Type": "application/zip"},
+        retry=True,
     )
 
 
 def pools() -> Call[PoolListOut]:
     return _call("pools", PoolListOut)
+
+
+def apply_pool(spec: PoolSpec) -> Call[PoolOut]:
+    call = _call("apply_pool", PoolOut, name=spec.name)
+    return Call(call.method, call.path, PoolOut, json=spec.model_dump(mode="json"))
 
 
 def pods() -> Call[PodList]:

@@ -21,6 +21,7 @@ class StopMode(StrEnum):
     CANCEL = "cancel"  # the caller cancelled: stop every rank, the job ends CANCELLED
     GRACEFUL = "graceful"  # an elastic resize: SIGTERM, the job checkpoints and exits
     KILL = "kill"  # an injected failure: SIGKILL every rank at once
+    RECLAIM = "reclaim"  # its borrowed capacity went back: kill every rank once launched
 
 
 class Dispatch(NamedTuple):

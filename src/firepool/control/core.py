@@ -40,6 +40,7 @@ from firepool.control.actions import (
     StopMode,
 )
 from firepool.control.admission import admit
+from firepool.control.borrowing import plan_giveback
 from firepool.control.budgets import BudgetLedger
 from firepool.control.dispatch import AttemptEnd, QueuedJob, Verdict, dispatch_pass, judge
 from firepool.control.elastic_jobs import ElasticJobs, ElasticRules, ElasticStep
@@ -55,9 +56,18 @@ from firepool.control.records import (
     Wait,
     WaitReason,
 )
+from firepool.control.rollout import RolloutProgress, applied_spec, rollout_progress
 from firepool.control.scaler import QueuedDemand, ScalerConfig, plan
 from firepool.control.tracker import Tracker
-from firepool.model import ErrorCode, JobKind, JobState, PodRole, PodState, PoolSpec
+from firepool.model import (
+    ErrorCode,
+    JobKind,
+    JobState,
+    PodRole,
+    PodState,
+    PoolSpec,
+    UnknownPoolError,
+)
 from firepool.scheduling import make_policy
 
 _NO_CAPACITY = WaitReason.NO_CAPACITY
@@ -93,6 +103,7 @@ class Live:
     committed: bool = False
     ungated: bool = False  # every pod holds its GPU's gate (or needs none)
     launched: bool = False  # LaunchAttempt was issued
+    started: float = 0.0  # when it claimed its pods (reclaims preempt the youngest first)
 
 
 class BrokerCore:
@@ -131,6 +142,14 @@ class BrokerCore:
         self._quiet: dict[str, tuple[int, int, int | None, float]] = {}
         self._no_capacity: dict[str, tuple[tuple[int, int, int], Wait]] = {}
         self._gpu_pools = frozenset(p.name for p in self.specs.values() if p.is_gpu)
+        self._rolling: set[str] = set()  # pools with pods of an old template
+        self._reclaiming: set[str] = set()  # jobs preempted to give borrowed capacity back
+        # Attempts of each unfinished job that ended Reclaimed: they bump the job's retry
+        # number but not its failures, so they never use up `max_retries`.
+        self._reclaims: dict[str, int] = {}
+        self.reclaimed = 0  # attempts preempted that way
+        self.units_asked = 0  # units asked back that could go (beyond what was leaving anyway)
+        self.units_given = 0  # units the broker's give-back plans freed for them
 
     # ------------------------------------------------------------------ the queue
 
@@ -232,7 +251,7 @@ class BrokerCore:
             if w.reason is _NO_CAPACITY:
                 known[w.job] = (self._claim_inputs(queue[w.job].entry.request), w)
         for lease in result.leases:
-            actions.append(self._claimed(lease))
+            actions.append(self._claimed(lease, now))
         waiting = result.waiting
         if skipped:
             waiting = waiting + skipped
@@ -252,14 +271,14 @@ class BrokerCore:
             return (self._gen[pool], -1, req.pods)
         return (self._fresh_gen[pool], self._caller_gen.get((pool, req.caller), 0), req.pods)
 
-    def _claimed(self, lease: Lease) -> StartAttempt:
+    def _claimed(self, lease: Lease, now: float) -> StartAttempt:
         queued = self.queued.pop(lease.job)
         self._no_capacity.pop(lease.job, None)
         pool = lease.pool
         self._gen[pool] += 1
         self._queue_gen[pool] += 1
         ticket = queued.ticket
-        self.running[lease.job] = Live(ticket, lease, ungated=lease.launchable)
+        self.running[lease.job] = Live(ticket, lease, ungated=lease.launchable, started=now)
         if ticket.spec.kind is _ELASTIC and self.elastic is not None:
             self.elastic.dispatched(lease.job, ticket.attempt)
         return StartAttempt(ticket, lease)
@@ -322,7 +341,16 @@ class BrokerCore:
         self._gen[pool] += 1
         self._bump_caller(pool, live.ticket.caller)
         actions = self._released(released)
-        actions.append(RecordVerdict(live.ticket, self._judge(live.ticket, end)))
+        verdict = self._judge(live.ticket, end)
+        if job in self._reclaiming:
+            self._reclaiming.discard(job)
+            if verdict.state is not JobState.SUCCEEDED:
+                self.reclaimed += 1
+                self._reclaims[job] = self._reclaims.get(job, 0) + 1
+                verdict = reclaimed_verdict(end)
+        if not verdict.retry:
+            self._reclaims.pop(job, None)
+        actions.append(RecordVerdict(live.ticket, verdict))
         actions.append(Reconcile(pool))  # restage standbys, retire, refill floors
         actions.append(DISPATCH)
         return actions
@@ -330,7 +358,8 @@ class BrokerCore:
     def _judge(self, ticket: Ticket, end: AttemptEnd) -> Verdict:
         if ticket.spec.kind is _ELASTIC and self.elastic is not None:
             return self.elastic.judge(ticket, end)
-        return judge(end, ticket.retries, ticket.spec.max_retries)
+        failures = ticket.retries - self._reclaims.get(ticket.job, 0)
+        return judge(end, failures, ticket.spec.max_retries)
 
     def _released(self, released: ReleaseResult) -> list[Action]:
         actions: list[Action] = [HoldPod(pod, until) for pod, until in released.held]
@@ -463,7 +492,10 @@ class BrokerCore:
             self._gen[pod.pool] += 1
         if freed is not None:
             self.ledger.release(freed)
-        return self._promoted(promoted)
+        actions = self._promoted(promoted)
+        if pod is not None and pod.pool in self._rolling:
+            actions.append(Reconcile(pod.pool))  # the next old pod may drain now
+        return actions
 
     def tick(self, now: float) -> list[Action]:
         """Time passed: retire every pod whose owner hold ran out."""
@@ -488,6 +520,76 @@ class BrokerCore:
     def _bump_caller(self, pool: str, caller: str) -> None:
         key = (pool, caller)
         self._caller_gen[key] = self._caller_gen.get(key, 0) + 1
+
+    # ------------------------------------------------------------------ template rollout
+
+    def set_pool(self, spec: PoolSpec, now: float) -> list[Action]:
+        """An operator changed a pool's catalog entry. A new template marks the pool's old
+        pods stale (idle ones at once, busy ones after their job); the scaler then drains them
+        `drain_budget` at a time and creates replacements inside the ceiling and budget."""
+        current = self.specs.get(spec.name)
+        if current is None:
+            raise UnknownPoolError(
+                f"pool {spec.name!r} is not in this broker's catalog", field="name"
+            )
+        new = applied_spec(current, spec)
+        self.specs[new.name] = new
+        self.tracker.set_pool(new)
+        pool = new.name
+        self._gen[pool] += 1
+        self._fresh_gen[pool] += 1
+        self._quiet.pop(pool, None)
+        if not self.rollout(pool).done:
+            self._rolling.add(pool)
+        return [Reconcile(pool), DISPATCH]
+
+    def rollout(self, pool: str) -> RolloutProgress:
+        """How far the pool's pods are on its current template."""
+        progress = rollout_progress(self.specs[pool], self.tracker.pool_pods(pool))
+        if progress.done:
+            self._rolling.discard(pool)
+        return progress
+
+    # ------------------------------------------------------------------ borrowed capacity
+
+    def capacity_changed(self, resource: str, limit: int | None, now: float) -> list[Action]:
+        """The capacity controller's reading: the broker may hold `limit` units of
+        `resource` (its own budget plus what it may borrow; None: no limit). Above the limit
+        it gives back one unit per unit: idle pods first, then the youngest jobs, preempted
+        with a `Reclaimed` verdict. A reading may repeat: what is already leaving is not given
+        back twice, so the driver calls this on every poll."""
+        before = self.ledger.headroom(resource)
+        self.ledger.set_limit(resource, limit)
+        pools = [s for s in self.specs.values() if s.budget_resource == resource]
+        actions: list[Action] = []
+        if limit is not None and self.ledger.used(resource) > limit:
+            tracker = self.tracker
+            giveback = plan_giveback(
+                self.ledger.used(resource) - limit,
+                pools,
+                {s.name: tracker.pool_pods(s.name) for s in pools},
+                {job: live.started for job, live in self.running.items()},
+                self._reclaiming,
+            )
+            # Units still starting are asked again next pass, when they can go: count what
+            # this pass could give, so given / asked above 1 is an over-release.
+            self.units_asked += giveback.need - giveback.short
+            self.units_given += giveback.freed
+            for name in giveback.retire:
+                pod = tracker.get(name)
+                if pod is not None and tracker.retire(name, RetireReason.RECLAIMED):
+                    self._gen[pod.pool] += 1
+                    actions.append(DeletePod(name, RetireReason.RECLAIMED))
+            for job in giveback.preempt:
+                live = self.running.get(job)
+                if live is None:
+                    continue
+                self._reclaiming.add(job)
+                tracker.retire_after_job(job, RetireReason.RECLAIMED)
+                actions.append(StopAttempt(job, StopMode.RECLAIM))
+        if self.ledger.headroom(resource) != before:
+            actions += [Reconcile(s.name) for s in pools]
+        return actions
 
     # ------------------------------------------------------------------ elastic rounds
 
@@ -582,6 +684,17 @@ class BrokerCore:
         )
         actions.append(RecordVerdict(ticket, verdict))
         return actions
+
+
+def reclaimed_verdict(end: AttemptEnd) -> Verdict:
+    """A preempted attempt on reclaimed capacity: the job goes back to the queue whatever
+    its retries, since the owner's reclaim is no fault of the job's."""
+    return Verdict(
+        JobState.QUEUED,
+        ErrorCode.RECLAIMED,
+        end.exit_code,
+        "the borrowed capacity this attempt ran on was reclaimed by its owner",
+    )
 
 
 def _entry(ticket: Ticket, pods: int) -> QueuedJob:

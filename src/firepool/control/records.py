@@ -34,6 +34,7 @@ class RetireReason(StrEnum):
     STALE_TEMPLATE = "stale_template"
     SCALE_DOWN = "scale_down"
     POD_FAILED = "pod_failed"
+    RECLAIMED = "reclaimed"  # borrowed capacity its owner took back
 
 
 class WaitReason(StrEnum):

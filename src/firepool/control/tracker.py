@@ -52,6 +52,7 @@ from firepool.model import (
     PodState,
     PoolSpec,
     UnknownPoolError,
+    image_is_pinned,
 )
 
 # Enum members bound once: attribute lookups on an Enum class cost ~0.1 µs each, which the
@@ -100,8 +101,8 @@ POD_TRANSITIONS: dict[PodState, frozenset[PodState]] = {
     _S_STARTING: frozenset({_S_IDLE, _S_RETIRING}),
     _S_IDLE: frozenset({_S_ASSIGNED, _S_RETIRING, _S_STALE}),
     _S_HELD: frozenset({_S_ASSIGNED, _S_RETIRING, _S_STALE}),
-    _S_ASSIGNED: frozenset({_S_RUNNING, _S_IDLE, _S_HELD, _S_RETIRING}),
-    _S_RUNNING: frozenset({_S_HELD, _S_RETIRING}),
+    _S_ASSIGNED: frozenset({_S_RUNNING, _S_IDLE, _S_HELD, _S_RETIRING, _S_STALE}),
+    _S_RUNNING: frozenset({_S_HELD, _S_RETIRING, _S_STALE}),
     _S_STALE: frozenset({_S_RETIRING}),
     _S_RETIRING: frozenset(),
 }
@@ -697,6 +698,15 @@ class Tracker:
                     self._index_fresh(index, pod)
             return promoted
 
+    def retire_after_job(self, job: str, reason: RetireReason) -> tuple[str, ...]:
+        """The job's pods retire when its attempt is over (capacity reclaimed by its owner),
+        whatever hold or template they would otherwise keep."""
+        with self._lock:
+            names = self._jobs.get(job, ())
+            for name in names:
+                self._pods[name].retire_after = reason
+            return names
+
     def mark_running(self, name: str) -> None:
         """The attempt launched on this pod; only the gate holder may run."""
         with self._lock:
@@ -735,6 +745,14 @@ class Tracker:
                         reason = _RR_STALE_TEMPLATE
                     elif spec.hold_seconds <= 0:
                         reason = _RR_HOLD_EXPIRED
+                if reason is _RR_STALE_TEMPLATE:
+                    # An old-template pod drains through the scaler, which retires at most
+                    # `drain_budget` at once; until then it serves nothing new.
+                    self._set_state(pod, _S_STALE)
+                    pod.retire_after = reason
+                    pod.idle_since = now
+                    result.promoted.extend(self._leave_gate(pod))
+                    continue
                 if reason is not None:
                     self._set_state(pod, _S_RETIRING)
                     pod.retire_after = reason
@@ -898,7 +916,7 @@ class Tracker:
 
     @staticmethod
     def _pinned(pod: Pod) -> bool:
-        return pod.image is not None and "@sha256:" in pod.image
+        return pod.image is not None and image_is_pinned(pod.image)
 
     def _index_fresh(self, index: _PoolIndex, pod: Pod) -> None:
         if pod.dedicated:

@@ -3,18 +3,22 @@
 Layout: `sha256/<first two hex>/<hex>.zip`. Uploads stream into `tmp/` while hashing; only a
 validated archive is renamed into place (an atomic rename on one filesystem), so a reader
 never sees a partial blob and a rejected upload leaves nothing behind. Identical uploads land
-on the same name and are kept once.
+on the same name and are kept once. A full disk is a `StoreUnavailableError` (503, try again
+later), with the partial upload removed: a blob is either whole under its name or absent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-from firepool.model import PayloadTooLargeError
+from firepool.model import PayloadTooLargeError, StoreUnavailableError
 from firepool.packages.protocol import StoredPackage
 from firepool.packages.zipguard import MAX_COMPRESSED_BYTES, MAX_EXTRACTED_BYTES, check_zip
 
@@ -39,29 +43,49 @@ class DiskUpload:
                 f"package exceeds {self._store.max_bytes} bytes compressed", field="package"
             )
         self._hash.update(chunk)
-        self._file.write(chunk)
+        with self._disk_full_is_unavailable():
+            self._file.write(chunk)
 
     def commit(self) -> StoredPackage:
         try:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-            check_zip(self._path, max_extracted=self._store.max_extracted)
-            hexdigest = self._hash.hexdigest()
-            target = self._store.blob_path(hexdigest)
-            created = not target.exists()
-            if created:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(self._path, target)
-            return StoredPackage(f"sha256:{hexdigest}", self._size, created)
+            with self._disk_full_is_unavailable():
+                return self._commit()
         finally:
             self.abort()
+
+    @contextlib.contextmanager
+    def _disk_full_is_unavailable(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self.abort()
+            raise StoreUnavailableError(
+                f"the disk holding the package store is full ({self._store.root})",
+                field="package",
+                retry_after_s=30.0,
+            ) from err
+
+    def _commit(self) -> StoredPackage:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        check_zip(self._path, max_extracted=self._store.max_extracted)
+        hexdigest = self._hash.hexdigest()
+        target = self._store.blob_path(hexdigest)
+        created = not target.exists()
+        if created:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(self._path, target)
+        return StoredPackage(f"sha256:{hexdigest}", self._size, created)
 
     def abort(self) -> None:
         if self._done:
             return
         self._done = True
-        self._file.close()
+        with contextlib.suppress(OSError):  # a full disk fails the close's flush too
+            self._file.close()
         self._path.unlink(missing_ok=True)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 from collections.abc import Callable, Collection, Coroutine
@@ -36,6 +37,7 @@ from firepool.protocol import (
     RequirementsRef,
     StopReason,
 )
+from firepool.service.outage import until_stored
 from firepool.service.pods import PodManager
 from firepool.store import AsyncWrites, JobRecord, JobStore, PodBinding
 from firepool.store.logs import STREAMS, StreamOffsets
@@ -122,21 +124,37 @@ class AttemptRunner:
 
     async def commit(self, running: Running) -> JobRecord | None:
         """Step 3: QUEUED -> RUNNING with the lease's bindings, conditional on the row's
-        version; None when it lost a race (the store has the job's truth)."""
+        version; None when it lost a race (the store has the job's truth). While the store is
+        unavailable the commit is tried again (no user code runs meanwhile); a try that lost
+        its race after an outage may have lost it to its own earlier try, whose COMMIT landed
+        but whose answer did not: the row then shows this very start, which is kept."""
         job, lease = running.job, running.lease
         bindings = [
             PodBinding(i, p.name, p.path, p.reason.value, lease.pool)
             for i, p in enumerate(lease.pods)
         ]
-        try:
+        tries = 0
+
+        async def start() -> JobRecord:
+            nonlocal tries
+            tries += 1
             if self._async is not None:
-                job = await self._async.start_async(job, bindings, now=self.clock())
-            else:
-                job = await asyncio.to_thread(self.store.start, job, bindings, now=self.clock())
+                return await self._async.start_async(job, bindings, now=self.clock())
+            return await asyncio.to_thread(self.store.start, job, bindings, now=self.clock())
+
+        try:
+            started = await until_stored(start, what=f"the start of {job.attempt}")
         except LostRaceError:
-            return None
-        running.job = job
-        return job
+            if tries == 1:
+                return None
+            found = await until_stored(
+                lambda: asyncio.to_thread(self.store.get, job.id), what=f"job {job.id}"
+            )
+            if found is None or not _our_start(found, job, bindings):
+                return None
+            started = found
+        running.job = started
+        return started
 
     async def run(self, running: Running) -> AttemptEnd:
         """Wait for the core's go (the gate), launch every rank, wait for their exits."""
@@ -202,10 +220,14 @@ class AttemptRunner:
         instant user code can run; a job that reports its own first instruction refines it."""
 
         stamps = {"started": at, "first_instruction": at}
-        if self._async is not None:
-            await self._async.record_timings_async(job, stamps)
-        else:
-            await asyncio.to_thread(self.store.record_timings, job, stamps)
+
+        async def write() -> None:
+            if self._async is not None:
+                await self._async.record_timings_async(job, stamps)
+            else:
+                await asyncio.to_thread(self.store.record_timings, job, stamps)
+
+        await until_stored(write, what=f"the start time of {job.attempt}")
 
     async def _launch_one(
         self, job: JobRecord, lease: Lease, rank: int, port: int, extra_env: dict[str, str]
@@ -381,29 +403,40 @@ class AttemptRunner:
         return [pod for pod in results if pod is not None]
 
     async def record(self, job: JobRecord, verdict: Verdict) -> JobRecord:
-        """Write the verdict; returns the job as the store holds it afterwards."""
+        """Write the verdict; returns the job as the store holds it afterwards. While the
+        store is unavailable the verdict is kept here and written once it is back."""
         for _ in range(5):
             try:
-                if self._async is not None and not verdict.retry:
-                    return await self._async.finish_async(
-                        job,
-                        verdict.state,
-                        now=self.clock(),
-                        exit_code=verdict.exit_code,
-                        error_class=verdict.error_class,
-                        message=verdict.message,
-                    )
-                return await asyncio.to_thread(self._write_verdict, job, verdict)
+                return await until_stored(
+                    functools.partial(self._write, job, verdict),
+                    what=f"the verdict of {job.attempt}",
+                )
             except LostRaceError:
-                # A cancel request bumps the row's version while the attempt runs: re-read,
-                # and write again only if the row is still this attempt's.
-                fresh = await asyncio.to_thread(self.store.get, job.id)
+                # A cancel request bumps the row's version while the attempt runs (or an
+                # earlier try committed before its connection broke): re-read, and write again
+                # only if the row is still this attempt's.
+                fresh = await until_stored(
+                    functools.partial(asyncio.to_thread, self.store.get, job.id),
+                    what=f"job {job.id}",
+                )
                 if fresh is None or fresh.state is not JobState.RUNNING:
                     return fresh or job
                 if fresh.retries != job.retries:
                     return fresh
                 job = fresh
         raise LostRaceError(f"job {job.id}: could not record its verdict", field="version")
+
+    async def _write(self, job: JobRecord, verdict: Verdict) -> JobRecord:
+        if self._async is not None and not verdict.retry:
+            return await self._async.finish_async(
+                job,
+                verdict.state,
+                now=self.clock(),
+                exit_code=verdict.exit_code,
+                error_class=verdict.error_class,
+                message=verdict.message,
+            )
+        return await asyncio.to_thread(self._write_verdict, job, verdict)
 
     def _write_verdict(self, job: JobRecord, verdict: Verdict) -> JobRecord:
         now = self.clock()
@@ -496,6 +529,16 @@ def _topology(job: JobRecord) -> Topology:
     if job.spec.kind is JobKind.ELASTIC:
         return Topology.TORCHRUN
     return job.spec.topology
+
+
+def _our_start(found: JobRecord, job: JobRecord, bindings: list[PodBinding]) -> bool:
+    """Whether the stored row is exactly the start `job` was trying to commit."""
+    return (
+        found.state is JobState.RUNNING
+        and found.version == job.version + 1
+        and found.retries == job.retries
+        and [(p.rank, p.pod) for p in found.pods] == [(b.rank, b.pod) for b in bindings]
+    )
 
 
 def _failed(event: ExitEvent) -> bool:

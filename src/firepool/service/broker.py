@@ -48,10 +48,12 @@ from firepool.control.actions import (
     StopAttempt,
     StopMode,
 )
+from firepool.control.borrowing import borrowed_limit
 from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore, CoreConfig
 from firepool.control.dispatch import AttemptEnd
 from firepool.control.records import Ticket
+from firepool.control.rollout import RolloutProgress
 from firepool.control.scaler import ScalerConfig
 from firepool.control.tracker import Tracker
 from firepool.model import (
@@ -62,12 +64,15 @@ from firepool.model import (
     PoolSpec,
     PoolStats,
     RoundAllocation,
+    StoreUnavailableError,
     TimelinePoint,
 )
 from firepool.packages import PackageStore
 from firepool.protocol import ExitEvent
 from firepool.service.attempt import AttemptRunner, LogSink, Running
+from firepool.service.capacity import CapacitySource
 from firepool.service.elastic import ElasticConfig, ElasticDriver
+from firepool.service.outage import until_stored
 from firepool.service.pods import PodManager
 from firepool.service.telemetry import BrokerTelemetry, HeldClock, held_counts
 from firepool.store import JobRecord, JobStore
@@ -91,6 +96,8 @@ class BrokerConfig:
     max_gpus_per_caller: int | None = None
     #: Seconds between two samples of the dashboard's plots (held vs busy, start latency).
     timeline_s: float = 10.0
+    #: How often the capacity source is read (the broker paper's default: 10 s).
+    capacity_poll_s: float = 10.0
 
 
 def ticket_of(job: JobRecord) -> Ticket:
@@ -112,6 +119,7 @@ class Broker:
         config: BrokerConfig | None = None,
         clock: Callable[[], float] = time.time,
         checkpoint_root: Path | None = None,
+        capacity: CapacitySource | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -173,6 +181,10 @@ class Broker:
         self.dispatch_ms: collections.deque[float] = collections.deque(maxlen=1024)
         self.telemetry = BrokerTelemetry()  # served at /metrics through `metric_collectors`
         self._held = HeldClock(clock())
+        self.capacity = capacity
+        # The budget this broker owns, per resource, before anything is borrowed.
+        self._own_budget: dict[str, int | None] = {}
+        self._reading: dict[str, int] = {}  # the capacity source's last good reading
 
     @property
     def tracker(self) -> Tracker:
@@ -196,6 +208,7 @@ class Broker:
             asyncio.create_task(self._elastic_loop(), name="elastic"),
             asyncio.create_task(self._keepalive_loop(), name="keepalive"),
             asyncio.create_task(self._timeline_loop(), name="timeline"),
+            asyncio.create_task(self._capacity_loop(), name="capacity"),
         ]
 
     async def close(self, *, delete_pods: bool = False) -> None:
@@ -266,8 +279,19 @@ class Broker:
             running.cancel.set()
         elif action.mode is StopMode.GRACEFUL:
             running.stop.set()
+        elif action.mode is StopMode.RECLAIM:
+            self.pods.spawn(self._reclaim(running))
         else:
             self.pods.spawn(self.runner.kill(running))
+
+    async def _reclaim(self, running: Running) -> None:
+        """Kill a reclaimed attempt's ranks; one the core let launch a moment ago may not
+        have started on its pods yet, so wait for that (or for its end) first."""
+        job = running.ticket.job
+        while not running.launched and self.running.get(job) is running:
+            await asyncio.sleep(0.05)
+        if self.running.get(job) is running:
+            await self.runner.kill(running)
 
     # ------------------------------------------------------------------ signals (any thread)
 
@@ -371,6 +395,7 @@ class Broker:
                         hold_until=pod.hold_until,
                         created_at=pod.created_at,
                         isolation=record.isolation if record is not None else "",
+                        image=pod.image,
                     )
                 )
         return out
@@ -433,6 +458,15 @@ class Broker:
             self.sample_timeline()
             await asyncio.sleep(self.config.timeline_s)
 
+    def apply_pool(self, spec: PoolSpec) -> PoolSpec:
+        """An admin's edit of a pool, through the core (a new template rolls the pods
+        over); the pods created from now on take the spec the core returns."""
+        self.act(self.core.set_pool(spec, self.clock()))
+        return self.specs[spec.name]
+
+    def rollouts(self) -> list[RolloutProgress]:
+        return [self.core.rollout(name) for name in self.specs]
+
     def progress_token_ok(self, attempt: str, token: str) -> bool:
         return self.elastic.token_matches(attempt, token)
 
@@ -446,6 +480,7 @@ class Broker:
     # ------------------------------------------------------------------ dispatch
 
     async def _dispatch_loop(self) -> None:
+        store_down = False
         while not self._closing:
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.config.dispatch_tick_s)
@@ -454,8 +489,17 @@ class Broker:
             self._wake.clear()
             try:
                 await self.dispatch_once()
+            except StoreUnavailableError as err:
+                self._resync = True  # the queue read failed: read it again on the next pass
+                if not store_down:
+                    log.warning("dispatch passes wait for the store: %s", err)
+                store_down = True
+                continue
             except Exception:
                 log.exception("dispatch pass failed")
+            if store_down:
+                log.warning("dispatch passes read the store again")
+                store_down = False
 
     async def dispatch_once(self) -> None:
         if self._resync:
@@ -545,7 +589,9 @@ class Broker:
         ticket = action.ticket
         running_job = ended
         if running_job is None or running_job.retries != ticket.retries:
-            running_job = await asyncio.to_thread(self.store.get, ticket.job)
+            running_job = await until_stored(
+                lambda: asyncio.to_thread(self.store.get, ticket.job), what=f"job {ticket.job}"
+            )
         if running_job is None:
             return
         final = await self.runner.record(running_job, action.verdict)
@@ -557,17 +603,22 @@ class Broker:
         self.act(self.core.verdict_recorded(ticket_of(final), final.state, self.clock()))
 
     async def _fail_queued(self, action: FailQueued) -> None:
-        job = await asyncio.to_thread(self.store.get, action.job)
+        job = await until_stored(
+            lambda: asyncio.to_thread(self.store.get, action.job), what=f"job {action.job}"
+        )
         self._forget(action.job)
         if job is None or job.state is not JobState.QUEUED:
             return
-        failed = await asyncio.to_thread(
-            self.store.finish,
-            job,
-            JobState.FAILED,
-            now=self.clock(),
-            error_class=action.error,
-            message=action.message,
+        failed = await until_stored(
+            lambda: asyncio.to_thread(
+                self.store.finish,
+                job,
+                JobState.FAILED,
+                now=self.clock(),
+                error_class=action.error,
+                message=action.message,
+            ),
+            what=f"the failure of queued job {action.job}",
         )
         self.job_finished(failed)
         self.telemetry.job_finished(job.spec.pool, JobState.FAILED, action.error)
@@ -643,6 +694,36 @@ class Broker:
                     self.act(actions)
             except Exception:
                 log.exception("elastic round failed")
+
+
+    # ------------------------------------------------------------------ borrowed capacity
+
+    async def _capacity_loop(self) -> None:
+        source = self.capacity
+        if source is None:
+            return
+        while not self._closing:
+            try:
+                self._reading = await source.read()
+            except Exception as exc:  # keep the last good reading: a hiccup changes nothing
+                log.warning("capacity source unreadable, keeping the last reading: %s", exc)
+            try:
+                self.capacity_reading(self._reading)
+            except Exception:
+                log.exception("capacity reading failed")
+            await asyncio.sleep(self.config.capacity_poll_s)
+
+    def capacity_reading(self, reading: dict[str, int]) -> None:
+        """Feed one reading to the core: each resource's limit is this broker's own budget
+        plus what it may borrow (a resource the reading no longer names lends nothing)."""
+        now = self.clock()
+        for resource in sorted(set(reading) | set(self._own_budget)):
+            if resource not in self._own_budget:
+                self._own_budget[resource] = self.ledger.limit(resource)
+            limit = borrowed_limit(self._own_budget[resource], reading.get(resource, 0))
+            if limit is None:
+                continue  # unlimited here: nothing to borrow
+            self.act(self.core.capacity_changed(resource, limit, now))
 
     # ------------------------------------------------------------------ keep-alive
 

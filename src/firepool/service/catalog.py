@@ -2,9 +2,11 @@
 
 A catalog file (TOML or YAML) has `[[pools]]` entries with PoolSpec fields, an optional
 `[budgets]` table (accelerator model or `cpu` -> units), an optional `[scaler]` table
-(`hold_break_min_tenure`, `drain_budget`) and an optional `[limits]` table
-(`max_gpus_per_caller`, across every pool). Unknown keys are refused with a ConfigError naming
-them: a typo in a knob must not silently fall back to a default.
+(`hold_break_min_tenure`, `drain_budget`), an optional `[limits]` table
+(`max_gpus_per_caller`, across every pool) and an optional `[local_images]` table (image
+reference or repository -> the absolute path of an environment directory with `bin/python`,
+which is what a custom image is on the local backend). Unknown keys are refused with a
+ConfigError naming them: a typo in a knob must not silently fall back to a default.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import yaml
 
 from firepool.control.scaler import ScalerConfig
-from firepool.model import ACCELERATORS, ConfigError, PoolSpec
+from firepool.model import ACCELERATORS, ConfigError, PoolSpec, image_reference_problem
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class Catalog:
     scaler: ScalerConfig = field(default_factory=ScalerConfig)
     #: GPUs one caller may hold across every pool (None: no limit beyond each pool's).
     max_gpus_per_caller: int | None = None
+    #: What each custom image is on the local backend: reference or repository -> directory.
+    local_images: dict[str, str] = field(default_factory=dict)
 
     def pool(self, name: str) -> PoolSpec | None:
         for spec in self.pools:
@@ -39,7 +43,7 @@ class Catalog:
 def parse_catalog(data: Any, source: str = "catalog") -> Catalog:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a table with `pools`", field="pools")
-    unknown = set(data) - {"pools", "budgets", "scaler", "limits"}
+    unknown = set(data) - {"pools", "budgets", "scaler", "limits", "local_images"}
     if unknown:
         name = sorted(unknown)[0]
         raise ConfigError(f"{source}: unknown key {name!r}", field=name)
@@ -75,7 +79,23 @@ def parse_catalog(data: Any, source: str = "catalog") -> Catalog:
             f"{source}: max_gpus_per_caller must be an integer >= 0",
             field="limits.max_gpus_per_caller",
         )
-    return Catalog(tuple(pools), dict(budgets), scaler, gpus)
+    return Catalog(tuple(pools), dict(budgets), scaler, gpus, _local_images(data, source))
+
+
+def _local_images(data: dict[str, Any], source: str) -> dict[str, str]:
+    table = data.get("local_images") or {}
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: `local_images` must be a table", field="local_images")
+    for image, where in table.items():
+        problem = image_reference_problem(image)
+        if problem is not None:
+            raise ConfigError(f"{source}: local_images: {problem}", field=f"local_images.{image}")
+        if not isinstance(where, str) or not os.path.isabs(where):
+            raise ConfigError(
+                f"{source}: local_images.{image} must be an absolute directory path",
+                field=f"local_images.{image}",
+            )
+    return dict(table)
 
 
 def _table(value: Any, source: str, name: str, known: set[str]) -> dict[str, Any]:

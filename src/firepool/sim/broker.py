@@ -35,6 +35,7 @@ from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore, CoreConfig
 from firepool.control.dispatch import AttemptEnd
 from firepool.control.elastic_jobs import ElasticRules
+from firepool.control.images import check_image
 from firepool.control.records import Lease, Ticket
 from firepool.control.tracker import Tracker
 from firepool.model import AcquisitionPath, ElasticSpec, JobKind, JobSpec, JobState, PoolSpec
@@ -236,7 +237,10 @@ class SimBroker:
         return spec
 
     def submit(self, req: JobRequest, on_done: Callable[[JobStats], None] | None = None) -> str:
+        """Queue a job; a custom image its pool does not admit is refused here, by the same
+        rule as the API's (`ImageNotAllowedError`), before anything is recorded."""
         now = self.loop.now
+        check_image(self.specs[req.pool], req.image)
         record = self.store.submit(req.caller, self._spec(req), now=now).job
         job = record.id
         self.records[job] = record
@@ -409,14 +413,14 @@ class SimBroker:
             return
         if action.mode is StopMode.GRACEFUL:
             end = AttemptEnd(exit_code=0)
-        elif action.mode is StopMode.KILL:
+        elif action.mode in (StopMode.KILL, StopMode.RECLAIM):
             end = AttemptEnd(exit_code=-9, signal=9)
         else:
             end = AttemptEnd(cancelled=True)
         work = self.elastic_work.get(job)
         if work is not None and work.since >= 0.0:
             trained = self.loop.now - work.since
-            if action.mode is StopMode.KILL:  # only what the last checkpoint saved
+            if action.mode is not StopMode.GRACEFUL:  # only what the last checkpoint saved
                 trained = (trained // CHECKPOINT_S) * CHECKPOINT_S
             if action.mode is not StopMode.CANCEL:
                 work.done = min(work.total, work.done + trained * work.rate)
@@ -431,6 +435,16 @@ class SimBroker:
             record, JobState.FAILED, now=self.loop.now, error_class=action.error,
             message=action.message,
         )
+
+    # ---------------------------------------------------------------- operator and controller
+    def set_pool(self, spec: PoolSpec) -> None:
+        """An operator applied a changed catalog entry (a template rollout, if it is one)."""
+        self._act(self.core.set_pool(spec, self.loop.now))
+
+    def capacity(self, resource: str, limit: int | None) -> None:
+        """A capacity controller's reading, as the service's poll feeds it."""
+        self._act(self.core.capacity_changed(resource, limit, self.loop.now))
+        self.backend.hold(self.ledger.total_used())
 
     def _tick(self, _: object = None) -> None:
         self._act(self.core.tick(self.loop.now))

@@ -2,9 +2,10 @@
 
 Implemented: submit (with request-id idempotency), get, list_jobs, start, finish, requeue,
 cancel, record_timing(s), attempts, add_package, get_package, add_token, caller_for_token,
-revoke_token, close. Every state change checks the caller's record version and raises
-`LostRaceError` on a mismatch, exactly as the SQL store does, so a driver bug that would lose a
-race in production loses it here too. Not thread-safe: the simulator is single-threaded.
+principal_for_token, revoke_token, close. Every state change checks the caller's record version
+and raises `LostRaceError` on a mismatch, exactly as the SQL store does, so a driver bug that
+would lose a race in production loses it here too. Not thread-safe: the simulator is
+single-threaded.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from firepool.model import (
     JobState,
     LostRaceError,
     NotFoundError,
+    Principal,
+    TokenRole,
 )
 from firepool.store.records import (
     AttemptRecord,
@@ -75,7 +78,7 @@ class MemStore:
         self._attempts: dict[str, list[AttemptRecord]] = {}
         self._requests: dict[tuple[str, str], str] = {}
         self._packages: dict[str, PackageRecord] = {}
-        self._tokens: dict[str, str] = {}
+        self._tokens: dict[str, Principal] = {}
         self._ids = itertools.count(1)
 
     # ---------------------------------------------------------------- jobs
@@ -277,10 +280,16 @@ class MemStore:
         return self._packages.get(digest)
 
     # ---------------------------------------------------------------- callers
-    def add_token(self, caller: str, token_hash: str, *, now: float) -> None:
-        self._tokens[token_hash] = caller
+    def add_token(
+        self, caller: str, token_hash: str, *, now: float, role: TokenRole = TokenRole.CALLER
+    ) -> None:
+        self._tokens[token_hash] = Principal(caller, TokenRole(role))
 
     def caller_for_token(self, token_hash: str) -> str | None:
+        found = self._tokens.get(token_hash)
+        return None if found is None else found.caller
+
+    def principal_for_token(self, token_hash: str) -> Principal | None:
         return self._tokens.get(token_hash)
 
     def revoke_token(self, token_hash: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from firepool.model import Principal, TokenRole
 from firepool.store.committer import Committer, Tx
 from firepool.store.records import PackageRecord
 from firepool.store.schema import callers, packages, tokens
@@ -48,7 +49,9 @@ class AccountsMixin:
         return found
 
     # ------------------------------------------------------------------ callers
-    def add_token(self, caller: str, token_hash: str, *, now: float) -> None:
+    def add_token(
+        self, caller: str, token_hash: str, *, now: float, role: TokenRole = TokenRole.CALLER
+    ) -> None:
         def write(tx: Tx) -> None:
             conn = tx.conn
             known = conn.execute(sa.select(callers.c.name).where(callers.c.name == caller)).first()
@@ -56,7 +59,11 @@ class AccountsMixin:
                 conn.execute(callers.insert().values(name=caller, created_at=now))
             conn.execute(
                 tokens.insert().values(
-                    token_hash=token_hash, caller=caller, created_at=now, revoked=False
+                    token_hash=token_hash,
+                    caller=caller,
+                    created_at=now,
+                    revoked=False,
+                    role=TokenRole(role).value,
                 )
             )
 
@@ -68,6 +75,13 @@ class AccountsMixin:
         )
         found: str | None = self._read(lambda conn: conn.execute(query).scalar())
         return found
+
+    def principal_for_token(self, token_hash: str) -> Principal | None:
+        query = sa.select(tokens.c.caller, tokens.c.role).where(
+            tokens.c.token_hash == token_hash, tokens.c.revoked == sa.false()
+        )
+        row = self._read(lambda conn: conn.execute(query).first())
+        return None if row is None else Principal(row.caller, TokenRole(row.role))
 
     def revoke_token(self, token_hash: str) -> None:
         def write(tx: Tx) -> None:

@@ -11,6 +11,9 @@ Writes must raise a `FirepoolError` only before they have written anything (the 
 UPDATE comes first and reports a lost race by its row count), so one refused write never
 spoils its batch. Any other error rolls the batch back and replays each write in a
 transaction of its own, so a deadlock or a duplicate key reaches only the write that caused it.
+A store outage (`StoreUnavailableError`, see `store.outage`) is not replayed: the batch's
+callers all get it at once, nothing of the batch having been committed, and decide themselves
+when to try again (the API answers 503, the broker keeps the write and retries it).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from firepool.model import FirepoolError
+from firepool.model import FirepoolError, StoreUnavailableError
 
 T = TypeVar("T")
 Write = Callable[["Tx"], Any]
@@ -185,6 +188,10 @@ class Committer:
                 tx = Tx(conn)
                 results = self._run_batch(tx, [write for write, _ in batch])
                 tx.flush()
+        except StoreUnavailableError as err:
+            for _, future in batch:
+                _settle(future, False, err)
+            return
         except Exception:
             if len(batch) == 1:
                 self._commit_alone(batch[0])
@@ -216,6 +223,8 @@ class Committer:
                 continue
             try:
                 results[index] = (True, write(tx))
+            except StoreUnavailableError:
+                raise  # the connection is gone: the whole batch fails, nothing committed
             except FirepoolError as err:
                 results[index] = (False, err)
         return [r for r in results if r is not None]

@@ -17,6 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 
 from firepool.model import ConfigError
+from firepool.store import outage
 
 DB_FILE = "firepool.db"
 
@@ -48,12 +49,23 @@ def normalize_url(url: str) -> URL:
     return parsed
 
 
-def create_engine(url: str, *, pool_size: int = 16, **kwargs: Any) -> Engine:
-    """An engine for `url`; `kwargs` pass through (tests use them to pin a schema)."""
+def create_engine(
+    url: str, *, pool_size: int = 16, sqlite_busy_s: float = 30.0, **kwargs: Any
+) -> Engine:
+    """An engine for `url`; `kwargs` pass through (tests use them to pin a schema).
+
+    Every engine raises `StoreUnavailableError` for an outage (`store.outage`). A SQLite
+    writer waits `sqlite_busy_s` for another process's lock before it reports one."""
+    engine = _engine(url, pool_size, sqlite_busy_s, **kwargs)
+    outage.install(engine)
+    return engine
+
+
+def _engine(url: str, pool_size: int, sqlite_busy_s: float, **kwargs: Any) -> Engine:
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        return _sqlite_engine(parsed, pool_size, **kwargs)
+        return _sqlite_engine(parsed, pool_size, sqlite_busy_s, **kwargs)
     options: dict[str, Any] = {
         "pool_size": pool_size,
         "max_overflow": pool_size,
@@ -69,7 +81,7 @@ def create_engine(url: str, *, pool_size: int = 16, **kwargs: Any) -> Engine:
     return sa.create_engine(parsed, **options)
 
 
-def _sqlite_engine(parsed: URL, pool_size: int, **kwargs: Any) -> Engine:
+def _sqlite_engine(parsed: URL, pool_size: int, busy_s: float, **kwargs: Any) -> Engine:
     database = parsed.database or ""
     if database in {"", ":memory:"}:
         raise ConfigError(
@@ -79,7 +91,7 @@ def _sqlite_engine(parsed: URL, pool_size: int, **kwargs: Any) -> Engine:
     options: dict[str, Any] = {
         "pool_size": pool_size,
         "max_overflow": pool_size,
-        "connect_args": {"check_same_thread": False, "timeout": 30},
+        "connect_args": {"check_same_thread": False, "timeout": busy_s},
     }
     options.update(kwargs)
     engine = sa.create_engine(parsed, **options)
@@ -92,7 +104,7 @@ def _sqlite_engine(parsed: URL, pool_size: int, **kwargs: Any) -> Engine:
         cursor = dbapi_conn.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=FULL")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_s * 1000)}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from firepool.model import ErrorCode, JobSpec, JobState
+from firepool.model import ErrorCode, JobSpec, JobState, Principal, TokenRole
 from firepool.store.records import AttemptRecord, JobRecord, PackageRecord, PodBinding, Submitted
 
 
@@ -89,12 +89,18 @@ class JobStore(Protocol):
     def get_package(self, digest: str) -> PackageRecord | None: ...
 
     # ---------------------------------------------------------------- callers
-    def add_token(self, caller: str, token_hash: str, *, now: float) -> None:
-        """Map a token hash to a caller, creating the caller on first use."""
+    def add_token(
+        self, caller: str, token_hash: str, *, now: float, role: TokenRole = TokenRole.CALLER
+    ) -> None:
+        """Map a token hash to a caller and a role, creating the caller on first use."""
         ...
 
     def caller_for_token(self, token_hash: str) -> str | None:
         """The caller a (non-revoked) token hash belongs to, or None."""
+        ...
+
+    def principal_for_token(self, token_hash: str) -> Principal | None:
+        """The caller and role of a (non-revoked) token hash, or None."""
         ...
 
     def revoke_token(self, token_hash: str) -> None: ...

@@ -98,4 +98,6 @@ tokens = sa.Table(
     sa.Column("caller", sa.String(NAME), nullable=False, index=True),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("revoked", sa.Boolean, nullable=False),
+    # `caller` or `admin` (TokenRole); tokens minted before roles existed are callers.
+    sa.Column("role", sa.String(16), nullable=False, server_default="caller"),
 )

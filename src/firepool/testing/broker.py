@@ -25,7 +25,7 @@ from firepool.store import JobRecord, PodBinding, SqlJobStore, open_store
 from firepool.store.logs import RankLogStorage
 
 POOLS = (
-    PoolSpec(name="cpu", max_count=4),
+    PoolSpec(name="cpu", max_count=4, allowed_images=("registry.local/team",)),
     PoolSpec(name="gpu", accelerator="fake", accelerators_per_pod=1),
 )
 
@@ -104,9 +104,11 @@ def live_broker(
     *,
     pools: Sequence[PoolSpec] = POOLS,
     callers: Sequence[str] = ("alice", "bob"),
+    sqlite_busy_s: float = 30.0,
 ) -> Iterator[LiveBroker]:
-    """Install a fresh app over `data_dir` behind `switch` (already served at `url`)."""
-    store = open_store(data_dir=data_dir)
+    """Install a fresh app over `data_dir` behind `switch` (already served at `url`); a short
+    `sqlite_busy_s` makes a locked database answer 503 at once (store fault tests)."""
+    store = open_store(data_dir=data_dir, sqlite_busy_s=sqlite_busy_s)
     packages = DiskPackageStore(data_dir / "packages")
     logs = RankLogStorage(data_dir / "logs")
     hooks = NoHooks()

@@ -12,6 +12,7 @@ import os
 import pytest
 
 from firepool.store.scratch import DEFAULT_SERVERS, reachable
+from firepool.testing.private_db import PrivateServer, ServerError, start_private
 
 KINDS = ("sqlite", "postgresql", "mysql")
 SERVERS = {
@@ -34,3 +35,14 @@ def require_server(kind: str, servers: dict[str, str] = SERVERS) -> str | None:
             pytest.fail(f"CI=true and {problem}")
         pytest.skip(problem)
     return url
+
+
+def start_private_server(kind: str) -> PrivateServer:
+    """A private server of `kind` that the calling test may stop and start (never the shared
+    one); skips locally, and fails when CI=true, if it cannot be started here."""
+    try:
+        return start_private(kind)
+    except ServerError as err:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and a private {kind} server cannot start: {err}")
+        pytest.skip(f"a private {kind} server cannot start: {err}")

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import httpx
 
 from firepool.composition import EmbeddedBroker
+from firepool.model import TokenRole
 
 T = TypeVar("T")
 
@@ -49,12 +50,12 @@ class BrokerThread:
     def run(self, coro: Any, timeout: float = 120.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=timeout)
 
-    def issue(self, caller: str) -> str:
-        """A token for another caller."""
-        return self.embedded.issue(caller)
+    def issue(self, caller: str, role: TokenRole = TokenRole.CALLER) -> str:
+        """A token for another caller (an admin one with `role=TokenRole.ADMIN`)."""
+        return self.embedded.issue(caller, role)
 
-    def client(self, caller: str | None = None) -> httpx.Client:
-        token = self.token if caller is None else self.issue(caller)
+    def client(self, caller: str | None = None, role: TokenRole = TokenRole.CALLER) -> httpx.Client:
+        token = self.token if caller is None else self.issue(caller, role)
         return httpx.Client(
             base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0
         )

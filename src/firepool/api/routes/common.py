@@ -27,8 +27,15 @@ def refuse_unknown_query(request: Request, allowed: set[str]) -> None:
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI entries for the error statuses a route can answer with."""
-    return {status: {"model": ErrorOut} for status in statuses}
+    """OpenAPI entries for the error statuses a route can answer with; every route that
+    reaches the store can also answer 503 `StoreUnavailable` (with `Retry-After`)."""
+    entries: dict[int | str, dict[str, Any]] = {s: {"model": ErrorOut} for s in statuses}
+    entries[503] = {
+        "model": ErrorOut,
+        "description": "StoreUnavailable: the database cannot answer now; retry after "
+        "the Retry-After header's seconds",
+    }
+    return entries
 
 
 #: `openapi_extra` for routes that need a bearer token.

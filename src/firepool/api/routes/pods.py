@@ -1,4 +1,5 @@
-"""`/v1/pods`: the pods the broker tracks; owners and sessions only on the caller's own."""
+"""`/v1/pods`: the pods the broker tracks; owners and sessions only on the caller's own
+(an admin token sees every pod in full)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,15 @@ from firepool.api.schemas import PodList, PodView
 
 router = APIRouter(prefix="/v1/pods", tags=["pods"])
 
+#: What another caller sees of a custom-image pod: that it is not shared capacity, not whose
+#: image it runs.
+CUSTOM_IMAGE_HIDDEN = "custom"
+
 
 @router.get("", response_model=PodList, responses=errors(401), openapi_extra=AUTHED)
 async def list_pods(session: Authed) -> PodList:
-    """Every pod the broker tracks; owners and sessions only on the caller's own pods."""
+    """Every pod the broker tracks; owners and sessions only on the caller's own pods, or on
+    every pod for an admin token."""
     return PodList(pods=pod_views(session))
 
 
@@ -21,7 +27,7 @@ def pod_views(session: Session) -> list[PodView]:
     """The pod list as `session`'s caller may see it (the dashboard shows the same)."""
     out: list[PodView] = []
     for pod in session.context.hooks.pod_list():
-        mine = pod.owner == session.caller
+        mine = session.admin or pod.owner == session.caller
         out.append(
             PodView(
                 name=pod.name,
@@ -36,6 +42,7 @@ def pod_views(session: Session) -> list[PodView]:
                 hold_until=pod.hold_until if mine and pod.hold_until else None,
                 created_at=pod.created_at,
                 isolation=pod.isolation or None,
+                image=pod.image if mine or pod.image is None else CUSTOM_IMAGE_HIDDEN,
             )
         )
     return out

@@ -1,4 +1,4 @@
-"""Pools, health and metrics."""
+"""Health and metrics."""
 
 from __future__ import annotations
 
@@ -8,23 +8,12 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from firepool.api.context import Authed, Context
+from firepool.api.context import Context
 from firepool.api.metrics import render
-from firepool.api.routes.common import AUTHED, errors, json_response
-from firepool.api.schemas import HealthOut, PoolListOut
+from firepool.api.routes.common import json_response
+from firepool.api.schemas import HealthOut
 
 router = APIRouter()
-
-
-@router.get(
-    "/v1/pools",
-    response_model=PoolListOut,
-    tags=["pools"],
-    responses=errors(401),
-    openapi_extra=AUTHED,
-)
-async def list_pools(session: Authed) -> Response:
-    return json_response(PoolListOut.model_construct(pools=list(session.context.pools())))
 
 
 @router.get("/healthz", response_model=HealthOut, tags=["system"])

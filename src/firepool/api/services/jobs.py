@@ -13,6 +13,7 @@ from collections.abc import Collection
 from starlette.concurrency import run_in_threadpool
 
 from firepool.api.context import ApiContext
+from firepool.control.images import check_image
 from firepool.model import (
     JobSpec,
     JobState,
@@ -29,6 +30,7 @@ async def submit(context: ApiContext, caller: str, spec: JobSpec) -> Submitted:
     if pool is None:
         known = ", ".join(sorted(p.name for p in context.pools())) or "none configured"
         raise UnknownPoolError(f"unknown pool {spec.pool!r} (known: {known})", field="pool")
+    check_image(pool, spec.image)
     if spec.pods > pool.max_count:
         raise RequestValidationError(
             f"pods: {spec.pods} exceeds pool {pool.name}'s ceiling of {pool.max_count}",

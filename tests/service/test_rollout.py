@@ -1,0 +1,136 @@
+"""Template rollout on real local pods: an admin's `PUT /v1/pools/{name}` while jobs run.
+Idle old pods drain first, the busy one after its job; never more than the ceiling, never
+more than `drain_budget` (1) old pods draining; 0 failed jobs; every pod on the new template
+at the end, as `GET /v1/pools` reports. A caller token changes nothing."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+from firepool.control.records import RetireReason
+from firepool.model import PodState, PoolSpec, TokenRole
+from firepool.service.broker import BrokerConfig
+from firepool.service.catalog import Catalog
+from firepool.testing.gate import Gate
+from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
+from firepool.testing.waiting import wait_until
+
+POOL = PoolSpec(name="cpu", min_count=2, max_idle_count=2, max_count=3, idle_timeout=600.0,
+                caller_hold_seconds=600.0, memory_mib_per_pod=512, step=3)
+CONFIG = BrokerConfig(reconcile_s=2.0, exit_poll_s=0.5)
+
+
+class Watch:
+    """Samples the pool on the broker's loop: the most pods and old pods draining at once."""
+
+    def __init__(self, broker: BrokerThread) -> None:
+        self.broker = broker
+        self.most_pods = self.most_draining = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        tracker = self.broker.embedded.broker.tracker
+        while not self._stop.is_set():
+            pods = self.broker.call(lambda: [(p.state, p.retire_after)
+                                             for p in tracker.pool_pods("cpu")])
+            self.most_pods = max(self.most_pods, len(pods))
+            draining = sum(1 for state, why in pods if state is PodState.RETIRING
+                           and why is RetireReason.STALE_TEMPLATE)
+            self.most_draining = max(self.most_draining, draining)
+            self._stop.wait(0.02)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def test_a_rollout_with_jobs_running_fails_none_and_ends_on_the_new_template(
+    tmp_path: Path,
+) -> None:
+    with running_broker(tmp_path / "b", catalog=Catalog((POOL,), {"cpu": 3}),
+                        config=CONFIG) as broker:
+        tracker = broker.embedded.broker.tracker
+
+        def states() -> dict[str, tuple[PodState, int]]:
+            return broker.call(lambda: {p.name: (p.state, p.template)
+                                        for p in tracker.pool_pods("cpu")})
+
+        wait_until("the floor is ready", lambda: [s for s, _ in states().values()] == [
+            PodState.IDLE, PodState.IDLE], timeout=120.0)
+        admin = broker.client("root", role=TokenRole.ADMIN)
+        alice, bob = broker.client("alice"), broker.client("bob")
+        gate = Gate()
+        long_job = submit(alice, command=gate.job())
+        wait_until("alice's job runs", lambda: alice.get(f"/v1/jobs/{long_job}").json()[
+            "state"] == "RUNNING")
+        (busy,) = [p["name"] for p in alice.get(f"/v1/jobs/{long_job}").json()["pods"]]
+        (idle,) = [n for n in states() if n != busy]
+        watch = Watch(broker)
+        edited = POOL.model_copy(update={"template_version": 2}).model_dump(mode="json")
+        answer = admin.put("/v1/pools/cpu", json=edited)
+        assert answer.status_code == 200, answer.text
+        rollout = answer.json()["rollout"]
+        assert (rollout["template_version"], rollout["stale_busy"], rollout["done"]) == (
+            2, 1, False)
+        # Jobs keep coming during the rollout; they land on new pods only.
+        quick = [submit(bob, command=[sys.executable, "-c", "pass"]) for _ in range(4)]
+        wait_until("the idle old pod drained first", lambda: idle not in states(),
+                   timeout=120.0)
+        assert states()[busy][0] is PodState.RUNNING  # the busy one finishes its job first
+        for job in quick:
+            done = wait_job(bob, job, timeout=120.0)
+            assert done["state"] == "SUCCEEDED"
+            assert busy not in {p["name"] for p in done["pods"]}
+        gate.open()
+        assert wait_job(alice, long_job, timeout=60.0)["state"] == "SUCCEEDED"
+
+        def rolled() -> bool:
+            (progress,) = alice.get("/v1/pools").json()["rollouts"]
+            return bool(progress["done"])
+
+        wait_until("every pod on the new template", rolled, timeout=120.0)
+        watch.stop()
+        assert busy not in states()
+        assert all(template == 2 for _state, template in states().values())
+        assert watch.most_pods <= POOL.max_count
+        assert watch.most_draining <= 1
+        gate.close()
+
+
+def test_only_admins_change_pools_and_bad_edits_change_nothing(tmp_path: Path) -> None:
+    with running_broker(tmp_path / "b", catalog=Catalog((POOL,), {"cpu": 3}),
+                        config=CONFIG) as broker:
+        admin = broker.client("root", role=TokenRole.ADMIN)
+        alice = broker.client("alice")
+        newer = POOL.model_copy(update={"template_version": 5}).model_dump(mode="json")
+
+        def current() -> dict[str, object]:
+            (pool,) = alice.get("/v1/pools").json()["pools"]
+            assert isinstance(pool, dict)
+            return pool
+
+        before = current()
+        refused = alice.put("/v1/pools/cpu", json=newer)
+        assert refused.status_code == 403 and refused.json()["error"] == "Forbidden"
+        assert current() == before
+        for path, body, error, field in [
+            ("/v1/pools/other", {**newer, "name": "other"}, "UnknownPool", "name"),
+            ("/v1/pools/gpu", newer, "ValidationError", "name"),
+            ("/v1/pools/cpu", {**newer, "template_version": 0}, "ConfigError",
+             "template_version"),
+            ("/v1/pools/cpu", {**newer, "accelerator": "H200", "accelerators_per_pod": 1},
+             "ConfigError", "accelerator"),
+            ("/v1/pools/cpu", {**newer, "min_count": 9}, "ConfigError", "min_count"),
+            ("/v1/pools/cpu", {**newer, "min_cuont": 1}, "ConfigError", "min_cuont"),
+        ]:
+            answer = admin.put(path, json=body)
+            assert answer.status_code == 422, (path, answer.text)
+            assert (answer.json()["error"], answer.json()["field"]) == (error, field), answer.text
+            assert current() == before
+        accepted = admin.put("/v1/pools/cpu", json={**newer, "min_count": 1})
+        assert accepted.status_code == 200, accepted.text
+        assert (current()["template_version"], current()["min_count"]) == (5, 1)

@@ -24,7 +24,7 @@ from typing import Any
 
 from firepool.client.aio import AsyncClient
 from firepool.composition import EmbeddedBroker
-from firepool.demo.live import POOL, WORKLOADS, ArmResult, Workload, _drive, programs
+from firepool.demo.live import POOL, WORKLOADS, ArmResult, Workload, drive, programs
 from firepool.model import PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
@@ -77,7 +77,7 @@ async def agents(workload: Workload, client: AsyncClient, scale: float) -> None:
     result = ArmResult(workload.name, "on")
     for seed in itertools.count(2027):
         loops = [
-            _drive(p, clients, scale, result, lambda: None) for p in programs(workload, "on", seed)
+            drive(p, clients, scale, result, lambda: None) for p in programs(workload, "on", seed)
         ]
         await asyncio.gather(*loops)
 

@@ -115,7 +115,7 @@ async def run_arm(
         try:
             await asyncio.gather(
                 *(
-                    _drive(program, clients, scale, result, on_job)
+                    drive(program, clients, scale, result, on_job)
                     for program in programs(workload, arm, seed)
                 )
             )
@@ -130,7 +130,7 @@ async def run_arm(
     return result
 
 
-async def _drive(
+async def drive(
     program: Program,
     clients: dict[str, AsyncClient],
     scale: float,

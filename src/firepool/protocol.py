@@ -369,3 +369,12 @@ class JobEnv:
     ATTEMPT = "FIREPOOL_ATTEMPT"  # `<job-id>:<retry>`
     PROGRESS_TOKEN = "FIREPOOL_PROGRESS_TOKEN"  # good for this attempt's progress route only
     CHECKPOINT_DIR = "FIREPOOL_CHECKPOINT_DIR"  # the job's own, kept across attempts
+
+
+class RayEnv:
+    """Variables a `topology=ray` rank gets (besides RANK and WORLD_SIZE): the agent runs such
+    a rank under `firepool.agent.ray_node`, which starts the rank's Ray node from them."""
+
+    HEAD = "FIREPOOL_RAY_HEAD"  # host:port of the head's GCS (rank 0's pod)
+    NODE_IP = "FIREPOOL_RAY_NODE_IP"  # this rank's pod address
+    PORTS = "FIREPOOL_RAY_PORTS"  # JSON: this node's named ports and its worker port list

@@ -42,6 +42,7 @@ from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore, CoreConfig
 from firepool.control.dispatch import AttemptEnd
 from firepool.control.records import Lease, Ticket
+from firepool.control.reservations import ReservationRules
 from firepool.model import JobSpec, JobState, LeaseTagMode, PodRole, PoolSpec
 
 EXAMPLES = 400 if os.environ.get("CI") == "true" else 100
@@ -96,6 +97,7 @@ class ModelPod:
 
 class CoreMachine(RuleBasedStateMachine):
     mode = LeaseTagMode.BOUNDARY
+    config = CoreConfig(elastic=None, check_skips=True)
 
     def __init__(self) -> None:
         super().__init__()
@@ -106,7 +108,7 @@ class CoreMachine(RuleBasedStateMachine):
             self.specs.values(),
             self.ledger,
             new_name=lambda _pool: next(names),
-            config=CoreConfig(elastic=None, check_skips=True),
+            config=self.config,
         )
         self.now = 0.0
         self.job_ids = itertools.count()
@@ -241,6 +243,9 @@ class CoreMachine(RuleBasedStateMachine):
         spec = ticket.spec
         if spec.pods != 1 or spec.single_use:
             return
+        reserved = self.core.reservations and self.core.reservations.holder(spec.pool)
+        if reserved and reserved.job != job:
+            return  # an older gang keeps the pool's free pods (control/reservations.py)
         if spec.pool == "cpu":
             leased = sum(
                 len(lease.pods) for lease in self.leases.values()
@@ -378,6 +383,13 @@ class HintMachine(CoreMachine):
     mode = LeaseTagMode.HINT
 
 
+class ReservingMachine(CoreMachine):
+    """The same invariants with gang reservations on (short bounds, so they lapse too)."""
+
+    config = CoreConfig(elastic=None, check_skips=True,
+                        gang_reservations=ReservationRules(hold_s=8.0, rest_s=4.0))
+
+
 _settings = settings(
     max_examples=EXAMPLES,
     stateful_step_count=100,
@@ -388,3 +400,5 @@ TestBoundaryMode = CoreMachine.TestCase
 TestBoundaryMode.settings = _settings
 TestHintMode = HintMachine.TestCase
 TestHintMode.settings = _settings
+TestWithGangReservations = ReservingMachine.TestCase
+TestWithGangReservations.settings = _settings

@@ -1,19 +1,25 @@
-"""Standbys on real local pods with fake GPUs: a card whose founding pod is gone keeps its
-standby. The physical GPU group keeps the name of the pod that founded it; once that pod is
-deleted, the next standby must be pinned to the card through a live member of the group."""
+"""Standbys on real local pods with fake GPUs: promotion when the active pod's job ends, the
+per-GPU gate, and restaging. A card whose founding pod is gone keeps its standby: the physical
+GPU group keeps the name of the pod that founded it; once that pod is deleted, the next standby
+must be pinned to the card through a live member of the group.
+
+The gate is checked on real processes: the active pod's job leaves a detached grandchild
+holding a resource (a loopback port stands in for the card's memory, which fake GPUs lack),
+and the standby's job, claimed while the first still runs, fails unless it can take that
+resource: it may start only once the active pod's reset has killed everything of the job."""
 
 from __future__ import annotations
 
+import socket
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from firepool.model import PodRole, PodState, PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
+from firepool.testing.switch import Switch
 
 GPU = PoolSpec(
     name="gpu",
@@ -78,34 +84,32 @@ def test_the_scaler_restages_a_standby_after_the_founding_pod_is_deleted(tmp_pat
         assert devices == {("GPU-0000",)}  # every pod on the one card
 
 
-class Gate:
-    """A loopback switch a job polls (a job sees no host files): closed until `open()`."""
+def holds_port(switch: Switch, port: int) -> list[str]:
+    """Leaves a detached grandchild holding `port` (what a job could leave on a card) for as
+    long as anything of it lives, then waits for the switch and exits."""
+    return [sys.executable, "-c",
+            "import os, socket\n"
+            "r, w = os.pipe()\n"
+            "if os.fork() == 0:\n"
+            "    os.setsid()\n"
+            "    if os.fork() == 0:\n"
+            f"        s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen()\n"
+            "        os.write(w, b'x'); __import__('time').sleep(600)\n"
+            "    os._exit(0)\n"
+            "os.read(r, 1)\n" + switch.wait_code()]
 
-    def __init__(self) -> None:
-        state = self.state = {"open": False}
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = b"go" if state["open"] else b"wait"
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
-            def log_message(self, *args: object) -> None:
-                return None
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def open(self) -> None:
-        self.state["open"] = True
-
-    def job(self) -> list[str]:
-        return [sys.executable, "-c",
-                "import time, urllib.request\n"
-                f"while urllib.request.urlopen({self.url!r}).read() != b'go': time.sleep(0.02)"]
+def takes(port: int) -> list[str]:
+    """The standby's job: fails if anything of the previous job still holds `port`."""
+    return [sys.executable, "-c",
+            f"import socket; s = socket.socket(); s.bind(('127.0.0.1', {port})); print('clean')"]
 
 
 def handover(broker: BrokerThread) -> str:
@@ -113,20 +117,23 @@ def handover(broker: BrokerThread) -> str:
     first ends, its pod retires, and the standby is promoted and runs. Returns the first job's
     pod, which must be gone afterwards."""
     holder = broker.client("alice")
-    gate = Gate()
-    first = submit(holder, pool="gpu", command=gate.job())
+    gate = Switch()
+    port = free_port()
+    first = submit(holder, pool="gpu", command=holds_port(gate, port))
     wait_until("first job running", lambda: any(
         s is PodState.RUNNING for _n, _r, s, _g in pods(broker)))
     bob = broker.client("bob")
-    second = submit(bob, pool="gpu", command=[sys.executable, "-c", "pass"])
+    second = submit(bob, pool="gpu", command=takes(port))
     wait_until("second job claimed the standby", lambda: any(
         r is PodRole.STANDBY and s is PodState.ASSIGNED for _n, r, s, _g in pods(broker)))
     gate.open()
     finished = wait_job(holder, first)
-    gate.server.shutdown()
+    gate.close()
     assert finished["state"] == "SUCCEEDED"
     done = wait_job(bob, second)
-    assert done["state"] == "SUCCEEDED"
+    # The gate held the standby's job until the card was clean: the port was free again.
+    assert done["state"] == "SUCCEEDED", done
+    assert "clean" in bob.get(f"/v1/jobs/{second}/logs").json()["data"]
     assert [p["acquisition"] for p in done["pods"]] == ["standby"]
     name: str = finished["pods"][0]["name"]
     return name

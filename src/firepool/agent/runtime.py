@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from firepool.agent import deps, fetch, isolation, procfs, unpack
+from firepool.agent import deps, fetch, isolation, procfs, ray_node, unpack
 from firepool.agent.cgroups import PodCgroups
 from firepool.agent.entry import python_entry
 from firepool.agent.events import EventPusher
@@ -51,6 +51,7 @@ from firepool.protocol import (
     LogAck,
     LogAckResult,
     MemoryLimitMode,
+    RayEnv,
     ResetResult,
     StopReason,
 )
@@ -233,7 +234,8 @@ class Agent:
                 )
             self._attach(req)
             prepare_s = time.perf_counter() - t0
-            entry = python_entry(req.argv) if req.warm else None
+            argv = ray_node.wrap(req.argv) if RayEnv.HEAD in req.topology_env else req.argv
+            entry = python_entry(argv) if req.warm else None
             mode = LaunchMode.FORK if entry is not None else LaunchMode.EXEC
             attempt = Attempt(request=req, mode=mode, oom_before=self.cgroups.oom_kills())
             attempt.outputs = [
@@ -245,7 +247,7 @@ class Agent:
             spawn = {
                 "id": req.attempt,
                 "mode": mode.value,
-                "argv": req.argv,
+                "argv": argv,
                 "env": self._job_env(req),
                 "cwd": str(self.layout.work),
                 "stdout": str(attempt.outputs[0].pipe),

@@ -48,6 +48,20 @@ def shared_pool(
     _done(run_shared_pool(out, seeds, workers))
 
 
+@sim_app.command("gang-starvation")
+def gang_starvation(
+    out: str = _OUT,
+    seeds: int = typer.Option(20, "--seeds"),
+    hold: float = typer.Option(600.0, "--hold", help="A reservation's bound (s)."),
+    workers: int | None = _WORKERS,
+) -> None:
+    """A gang under a stream of one-pod jobs, with and without age-keyed reservations
+    (an extension beyond the papers)."""
+    from firepool.sim.experiments.gang_starvation import run_gang_starvation
+
+    _done(run_gang_starvation(out, seeds, workers, hold_s=hold))
+
+
 @sim_app.command()
 def rollout(
     out: str = _OUT, seeds: int = typer.Option(10, "--seeds"), workers: int | None = _WORKERS

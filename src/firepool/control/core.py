@@ -56,6 +56,7 @@ from firepool.control.records import (
     Wait,
     WaitReason,
 )
+from firepool.control.reservations import GangReservations, ReservationRules
 from firepool.control.rollout import RolloutProgress, applied_spec, rollout_progress
 from firepool.control.scaler import QueuedDemand, ScalerConfig, plan
 from firepool.control.tracker import Tracker
@@ -86,6 +87,8 @@ class CoreConfig:
     elastic: ElasticRules | None = field(default_factory=ElasticRules)
     #: Compute skipped claims and scaler passes anyway and assert they would change nothing.
     check_skips: bool = False
+    #: Age-keyed gang reservations (control/reservations.py); None: gangs reserve nothing.
+    gang_reservations: ReservationRules | None = None
 
 
 @dataclass(slots=True)
@@ -130,6 +133,9 @@ class BrokerCore:
             self.elastic = ElasticJobs(
                 self.specs, config.elastic, make_policy(config.elastic.policy), start=start
             )
+        self.reservations: GangReservations | None = None
+        if config.gang_reservations is not None:
+            self.reservations = GangReservations(config.gang_reservations)
         self.injected = 0  # failures delivered to a launched attempt (experiments)
         self.passes_skipped = 0
         self.claims_skipped = 0
@@ -194,6 +200,8 @@ class BrokerCore:
         queued = self.queued.pop(job, None)
         if queued is not None:
             self._no_capacity.pop(job, None)
+            if self.reservations is not None:
+                self.reservations.close(job)
             pool = queued.ticket.spec.pool
             if pool in self._queue_gen:
                 self._queue_gen[pool] += 1
@@ -239,7 +247,7 @@ class BrokerCore:
                 if not self._check:
                     continue
             todo.append(entry)
-        result = dispatch_pass(self.tracker, todo, now)
+        result = dispatch_pass(self.tracker, todo, now, self.reservations)
         if self._check:
             placed = {lease.job for lease in result.leases}
             wrong = [w.job for w in skipped if w.job in placed]
@@ -500,7 +508,10 @@ class BrokerCore:
     def tick(self, now: float) -> list[Action]:
         """Time passed: retire every pod whose owner hold ran out."""
         retired = self.tracker.expire_holds(now)
-        return self._retire_expired(retired)
+        actions = self._retire_expired(retired)
+        if self.reservations is not None and self.reservations.expire(now):
+            actions.append(DISPATCH)  # the pods a lapsed reservation kept are everyone's
+        return actions
 
     def _retire_expired(self, retired: list[Retired]) -> list[Action]:
         actions: list[Action] = []

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from firepool.control.records import ClaimRequest, Lease, Wait
+from firepool.control.records import ClaimRequest, Lease, Wait, WaitReason
+from firepool.control.reservations import GangReservations
 from firepool.control.tracker import Tracker
 from firepool.model import ErrorCode, JobState
 
@@ -35,17 +36,46 @@ class DispatchPass:
     waiting: list[Wait]
 
 
-def dispatch_pass(tracker: Tracker, queued: Iterable[QueuedJob], now: float) -> DispatchPass:
+def dispatch_pass(
+    tracker: Tracker,
+    queued: Iterable[QueuedJob],
+    now: float,
+    reservations: GangReservations | None = None,
+) -> DispatchPass:
     """Claim for every queued job in order. A job that cannot be placed is skipped, not
     waited on, so a large gang never blocks the smaller jobs behind it (and holds no pods while
-    it waits: claims are all or nothing)."""
+    it waits: claims are all or nothing). With `reservations`, the oldest gang that found no
+    capacity in a pool reserves it, and the jobs behind it there take only what leaves the
+    gang its pods (control/reservations.py)."""
     result = DispatchPass([], [])
+    if reservations is not None:
+        reservations.expire(now)
     for job in sorted(queued, key=lambda j: j.order_key):
-        outcome = tracker.claim(job.request, now)
+        req = job.request
+        if reservations is not None:
+            r = reservations.holder(req.pool)
+            if r is not None and r.job != req.job and job.order_key > r.key:
+                fresh = tracker.fresh_count(req.pool)
+                own = tracker.caller_held(req.pool, req.caller, now)
+                if own < req.pods and not reservations.allows(r, fresh, req.pods):
+                    result.waiting.append(Wait(req.job, WaitReason.GANG_RESERVED))
+                    continue
+        outcome = tracker.claim(req, now)
         if isinstance(outcome, Lease):
             result.leases.append(outcome)
-        else:
-            result.waiting.append(outcome)
+            if reservations is not None:
+                reservations.close(req.job)
+            continue
+        result.waiting.append(outcome)
+        if (
+            reservations is not None
+            and outcome.reason is WaitReason.NO_CAPACITY
+            and reservations.holder(req.pool) is None
+        ):
+            reservations.open(req.job, req.pool, req.pods, now, job.order_key)
+    if reservations is not None:
+        for pool in list(reservations.by_pool):
+            reservations.note_holding(pool, tracker.fresh_count(pool))
     return result
 
 

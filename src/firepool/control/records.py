@@ -43,6 +43,8 @@ class WaitReason(StrEnum):
     NO_CAPACITY = "no_capacity"
     CALLER_POD_LIMIT = "caller_pod_limit"
     CALLER_GPU_LIMIT = "caller_gpu_limit"
+    #: Behind an older gang that reserves the pool's free pods (control/reservations.py).
+    GANG_RESERVED = "gang_reserved"
 
 
 class Pod:

@@ -849,6 +849,18 @@ class Tracker:
             pods = self._pods
             return [pods[name] for name in index.pods]
 
+    def fresh_count(self, pool: str) -> int:
+        """Never-used idle pods any caller's claim may take (what a gang reservation keeps)."""
+        with self._lock:
+            return len(self._pool(pool).fresh)
+
+    def caller_held(self, pool: str, caller: str, now: float) -> int:
+        """The caller's own held pods whose hold still runs (its next claim may reuse them)."""
+        with self._lock:
+            mine = self._pool(pool).held_by_caller.get(caller, {})
+            pods = self._pods
+            return sum(1 for name in mine if pods[name].hold_until > now)
+
     def pool_groups(self, pool: str) -> list[Group]:
         with self._lock:
             self._pool(pool)

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import socket
 from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -37,6 +36,7 @@ from firepool.protocol import (
     RequirementsRef,
     StopReason,
 )
+from firepool.service.gang_env import gang_env
 from firepool.service.outage import until_stored
 from firepool.service.pods import PodManager
 from firepool.store import AsyncWrites, JobRecord, JobStore, PodBinding
@@ -196,12 +196,12 @@ class AttemptRunner:
         loop = asyncio.get_running_loop()
         for p in lease.pods:
             running.exits[p.name] = loop.create_future()
-        port = _free_port() if _topology(job) is Topology.TORCHRUN else 0
         try:
+            ranks = gang_env(_topology(job), [self._address(p.name) for p in lease.pods])
             started = await asyncio.gather(
                 *(
-                    self._launch_one(job, lease, rank, port, running.extra_env)
-                    for rank in range(len(lease.pods))
+                    self._launch_one(job, lease, rank, {**env, **running.extra_env})
+                    for rank, env in enumerate(ranks)
                 )
             )
         except DependencyInstallFailedError as exc:
@@ -230,7 +230,7 @@ class AttemptRunner:
         await until_stored(write, what=f"the start time of {job.attempt}")
 
     async def _launch_one(
-        self, job: JobRecord, lease: Lease, rank: int, port: int, extra_env: dict[str, str]
+        self, job: JobRecord, lease: Lease, rank: int, topology_env: dict[str, str]
     ) -> float:
         spec = job.spec
         pod = lease.pods[rank].name
@@ -247,12 +247,7 @@ class AttemptRunner:
                 attempt=job.attempt,
                 argv=list(spec.command),
                 env=dict(spec.env),
-                topology_env={
-                    **_topology_env(
-                        _topology(job), rank, len(lease.pods), port, self._master(lease)
-                    ),
-                    **extra_env,
-                },
+                topology_env=topology_env,
                 package=package,
                 requirements=RequirementsRef.of(spec.requirements) if spec.requirements else None,
                 timeout_s=spec.timeout_s,
@@ -260,9 +255,9 @@ class AttemptRunner:
         )
         return response.started_at
 
-    def _master(self, lease: Lease) -> str:
-        """Rank 0's address, which every rank rendezvouses at (a pod IP on a cluster)."""
-        record = self.pods.records.get(lease.pods[0].name)
+    def _address(self, pod: str) -> str:
+        """A pod's address (a pod IP on a cluster); rank 0's is where the gang rendezvouses."""
+        record = self.pods.records.get(pod)
         return record.address if record is not None and record.address else "127.0.0.1"
 
     async def _wait_exit(self, running: Running) -> AttemptEnd:
@@ -297,6 +292,17 @@ class AttemptRunner:
                     # the grace), so the pods are free for the next attempt right after.
                     stopping = True
                     await self._stop_all(running, grace_s=self.resize_grace_s)
+                    continue
+                if (
+                    not stopping
+                    and pending
+                    and lease.pods[0].name in events
+                    and _topology(job) is Topology.RAY
+                ):
+                    # A Ray gang is its driver on rank 0: the other ranks' nodes only serve
+                    # it, and are stopped (not failed) once it exits.
+                    stopping = True
+                    await self._stop_all(running)
                     continue
                 if not done:
                     lost = await self._poll_exits(job, pending, silent)
@@ -552,31 +558,3 @@ async def _first(*aws: Coroutine[Any, Any, object]) -> None:
     finally:
         for t in tasks:
             t.cancel()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _topology_env(
-    topology: Topology, rank: int, world: int, port: int, master: str
-) -> dict[str, str]:
-    """Rank and rendezvous variables the executor injects (callers may not set them)."""
-    if topology is Topology.NONE:
-        return {}
-    if topology is Topology.TORCHRUN:
-        return {
-            "MASTER_ADDR": master,
-            "MASTER_PORT": str(port),
-            "RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "LOCAL_RANK": "0",
-            "LOCAL_WORLD_SIZE": "1",
-            "NODE_RANK": str(rank),
-        }
-    raise UnavailableError(
-        f"topology {topology.value} is not supported by this backend yet", field="topology"
-    )

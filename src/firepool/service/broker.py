@@ -53,6 +53,7 @@ from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore, CoreConfig
 from firepool.control.dispatch import AttemptEnd
 from firepool.control.records import Ticket
+from firepool.control.reservations import ReservationRules
 from firepool.control.rollout import RolloutProgress
 from firepool.control.scaler import ScalerConfig
 from firepool.control.tracker import Tracker
@@ -96,6 +97,8 @@ class BrokerConfig:
     max_gpus_per_caller: int | None = None
     #: Seconds between two samples of the dashboard's plots (held vs busy, start latency).
     timeline_s: float = 10.0
+    #: Age-keyed gang reservations (control/reservations.py); None: off.
+    gang_reservations: ReservationRules | None = None
     #: How often the capacity source is read (the broker paper's default: 10 s).
     capacity_poll_s: float = 10.0
 
@@ -136,6 +139,7 @@ class Broker:
                 scaler=config.scaler,
                 max_gpus_per_caller=config.max_gpus_per_caller,
                 elastic=config.elastic.rules(),
+                gang_reservations=config.gang_reservations,
             ),
             start=clock(),
         )

@@ -37,6 +37,7 @@ from firepool.control.dispatch import AttemptEnd
 from firepool.control.elastic_jobs import ElasticRules
 from firepool.control.images import check_image
 from firepool.control.records import Lease, Ticket
+from firepool.control.reservations import ReservationRules
 from firepool.control.tracker import Tracker
 from firepool.model import AcquisitionPath, ElasticSpec, JobKind, JobSpec, JobState, PoolSpec
 from firepool.scheduling.utility import p_restart_for
@@ -130,6 +131,7 @@ class SimBroker:
         dispatch_tick_s: float = 3.0,
         check_skips: bool = False,
         elastic: ElasticRules | None = None,
+        gang_reservations: ReservationRules | None = None,
     ) -> None:
         self.loop = loop
         self.venue = venue
@@ -140,7 +142,8 @@ class SimBroker:
             pools,
             self.ledger,
             new_name=lambda _pool: next(self._names),
-            config=CoreConfig(elastic=elastic, check_skips=check_skips),
+            config=CoreConfig(elastic=elastic, check_skips=check_skips,
+                              gang_reservations=gang_reservations),
             start=loop.now,
         )
         self.specs = self.core.specs

@@ -739,3 +739,29 @@ class PoolStats:
     budget_resource: str
     budget_used: int
     budget_limit: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TimelinePoint:
+    """One sample of the broker's capacity and start latency, for the dashboard's plots:
+    pods held and busy over every pool at `at`, and the start latency (submission to first
+    instruction) percentiles of the attempts that ended since the previous sample (None when
+    none did)."""
+
+    at: float
+    held: int
+    busy: int
+    starts: int
+    start_p50: float | None
+    start_p90: float | None
+    start_p99: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RoundAllocation:
+    """What one elastic round gave each job it considered: pods (0 for none this round)."""
+
+    round: int
+    at: float
+    policy: str
+    pods: dict[str, int]

@@ -37,3 +37,6 @@ def test_throughput_benchmark_counts_what_the_store_shows(tmp_path: Path) -> Non
     assert math.isclose(r["broker_cpu_ms_per_job"], r["broker_cpu_s"] * 1000 / r["jobs"])
     assert r["scrapes"] >= 1 and 0 < r["scrape_ms_p50"] <= r["scrape_ms_p99"]
     assert r["scrape_server_ms_mean"] > 0 and 0 <= r["scrape_server_within_5ms"] <= 1
+    # Each scrape's Server-Timing was read: one render time and one CPU time per scrape.
+    assert len(r["renders_ms"]) == len(r["render_cpu_ms"]) == r["scrapes"]
+    assert 0 < r["scrape_render_ms_p50"] <= r["scrape_render_ms_p99"]

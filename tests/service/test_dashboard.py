@@ -3,11 +3,19 @@ the panel, and the panel shows pools, pods, the queue and the caller's own recen
 
 from __future__ import annotations
 
+import random
+
 import httpx
 
 from firepool.api.schemas import PodView
-from firepool.dashboard.page import PanelData, panel, percentile
-from firepool.model import PoolSpec, PoolStats
+from firepool.control.elastic_jobs import ElasticRules
+from firepool.dashboard.page import PanelData, chart, charts, elastic_table, panel, percentile
+from firepool.model import ElasticSpec, PoolSpec, PoolStats
+from firepool.service.telemetry import Timeline
+from firepool.sim.broker import JobRequest, SimBroker
+from firepool.sim.experiments.shared_pool import POOL
+from firepool.sim.loop import EventLoop
+from firepool.sim.venue import load_venue
 from firepool.testing.service import BrokerThread, run
 
 
@@ -71,3 +79,59 @@ def test_values_are_escaped_and_percentiles_are_nearest_rank() -> None:
     assert percentile([], 50) is None
     assert percentile([3.0, 1.0, 2.0, 4.0], 50) == 2.0
     assert percentile([3.0, 1.0, 2.0, 4.0], 99) == 4.0
+
+
+def test_the_timeline_summarises_each_interval_and_the_chart_draws_it() -> None:
+    timeline = Timeline(keep=3)
+    for latency in (0.3, 0.1, 0.2):
+        timeline.started(latency)
+    first = timeline.sample(10.0, held=4, busy=1)
+    assert (first.starts, first.start_p50, first.start_p99) == (3, 0.2, 0.3)
+    empty = timeline.sample(20.0, held=4, busy=3)
+    assert empty.starts == 0 and empty.start_p50 is None  # only the interval's jobs count
+    timeline.sample(30.0, held=2, busy=2)
+    timeline.sample(40.0, held=1, busy=0)
+    assert [p.at for p in timeline.points] == [20.0, 30.0, 40.0]  # bounded, oldest dropped
+
+    svg = charts(list(timeline.points))
+    assert svg.count("<polyline class='s-held'") == 1 and "4 pods" in svg
+    assert "s-p50" not in svg.split("latency-chart")[1].split("</svg>")[0].split("<text")[0]
+    assert "collecting samples" in chart("c", [("s-busy", [(1.0, 2.0)])], unit=" pods")
+    gap = chart("g", [("s-p50", [(0.0, 1.0), (1.0, 2.0), (2.0, None), (3.0, 1.0)])], unit="s")
+    assert gap.count("<polyline") == 1 and gap.count("<circle") == 1  # None breaks the line
+
+
+def test_elastic_rounds_are_recorded_and_only_own_jobs_are_named() -> None:
+    loop = EventLoop()
+    broker = SimBroker(loop, load_venue("production-cpu"), [POOL], {"cpu": POOL.max_count},
+                       random.Random("venue/0"), elastic=ElasticRules(policy="oak"))  # fmt: skip
+    broker.warm_up()
+    spec = ElasticSpec(app="cifar10", min_pods=1, max_pods=POOL.max_count)
+    ids = [broker.submit(JobRequest(f"t-{i}", POOL.name, 1800.0, elastic=spec)) for i in range(2)]
+    elastic = broker.core.elastic
+    assert elastic is not None
+    loop.run(until=loop.now + 400.0, stop=lambda: len(elastic.allocations) >= 3)
+    rounds = list(elastic.allocations)
+    assert len(rounds) >= 3 and [r.round for r in rounds] == sorted(r.round for r in rounds)
+    for r in rounds:
+        assert set(r.pods) == set(ids) and r.policy == "oak"
+        assert 0 < sum(r.pods.values()) <= POOL.max_count
+
+    text = elastic_table(rounds, frozenset({ids[0]}))
+    assert f"<td>{ids[0]}</td>" in text and ids[1] not in text
+    last = rounds[-1]
+    assert f"<th>round {last.round}</th>" in text and "other callers" in text
+    row = text.split("other callers")[1].split("</tr>")[0]
+    assert f"<td>{last.pods[ids[1]]}</td></tr>" in row + "</tr>"
+
+
+def test_the_panel_plots_the_brokers_samples(broker: BrokerThread) -> None:
+    client = broker.client()
+    core = broker.embedded.broker
+    broker.call(core.sample_timeline)
+    run(client, command=["python", "-c", "pass"], lease_tag="plot")
+    broker.call(core.sample_timeline)
+    text = client.get("/dashboard/panel").raise_for_status().text
+    assert "id='capacity-chart'" in text and "<polyline class='s-held'" in text
+    assert "<polyline class='s-p50'" in text or "<circle class='s-p50'" in text
+    assert "id='elastic'" in text  # the table is there, empty without elastic jobs

@@ -25,6 +25,7 @@ DRIVER = shutil.which("chromedriver")
 
 try:
     from selenium import webdriver
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -77,14 +78,18 @@ def test_log_in_see_a_job_and_the_held_capacity_change(
     broker: BrokerThread, browser: Any, tmp_path: Path
 ) -> None:
     shots = artifacts(tmp_path)
-    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.2)
+    # The panel's markup is replaced at every refresh: an element found before one is stale
+    # after it, so every check reads the page afresh inside a wait that retries stale reads.
+    wait = WebDriverWait(
+        browser, WAIT_S, poll_frequency=0.2, ignored_exceptions=[StaleElementReferenceException]
+    )
     browser.get(f"{broker.url}/")
     wait.until(lambda d: d.find_element(By.ID, "login").is_displayed())
     browser.save_screenshot(str(shots / "dashboard-login.png"))
     browser.find_element(By.ID, "token").send_keys(broker.token)
     browser.find_element(By.ID, "unlock").click()
     wait.until(lambda d: d.find_element(By.ID, "caller").text == "local")
-    assert held(browser, "hint") == 0  # no floor: nothing held before a job asks
+    wait.until(lambda d: held(d, "hint") == 0)  # no floor: nothing held before a job asks
 
     with Client(broker.url, broker.token) as client:
         job = client.run("hint", ["python", "-c", "pass"], lease_tag="browser", wait_timeout=60)
@@ -95,9 +100,11 @@ def test_log_in_see_a_job_and_the_held_capacity_change(
         rows = d.find_elements(By.XPATH, f"//table[@id='jobs']//tr[td[1]='{job.id}']")
         return rows[0] if rows else False
 
-    row = wait.until(job_row)
+    wait.until(job_row)
     wait.until(lambda d: "SUCCEEDED" in job_row(d).text)
-    assert path in row.find_element(By.CLASS_NAME, "path").text
+    wait.until(lambda d: path in job_row(d).find_element(By.CLASS_NAME, "path").text)
     wait.until(lambda d: held(d, "hint") >= 1)  # the created pod is held capacity now
+    wait.until(lambda d: d.find_element(By.ID, "capacity-chart").is_displayed())  # the plots
+    wait.until(lambda d: d.find_element(By.ID, "latency-chart").is_displayed())
     browser.save_screenshot(str(shots / "dashboard-after-job.png"))
     assert (shots / "dashboard-after-job.png").stat().st_size > 0

@@ -24,7 +24,15 @@ from typing import Protocol
 from prometheus_client.registry import Collector
 
 from firepool.control.rollout import RolloutProgress
-from firepool.model import NotFoundError, PodInfo, PoolSpec, PoolStats, UnavailableError
+from firepool.model import (
+    NotFoundError,
+    PodInfo,
+    PoolSpec,
+    PoolStats,
+    RoundAllocation,
+    TimelinePoint,
+    UnavailableError,
+)
 from firepool.protocol import ExitEvent
 from firepool.store import JobRecord
 
@@ -61,6 +69,14 @@ class BrokerHooks(Protocol):
 
     def metric_collectors(self) -> list[Collector]:
         """The broker's own counters and histograms, registered once in the app's registry."""
+        ...
+
+    def timeline(self) -> list[TimelinePoint]:
+        """The dashboard's samples of held vs busy pods and start latency, oldest first."""
+        ...
+
+    def round_allocations(self) -> list[RoundAllocation]:
+        """The latest elastic rounds' allocations, oldest first (empty: no rounds)."""
         ...
 
     def progress_token_ok(self, attempt: str, token: str) -> bool: ...
@@ -118,6 +134,12 @@ class NoHooks:
         return []
 
     def metric_collectors(self) -> list[Collector]:
+        return []
+
+    def timeline(self) -> list[TimelinePoint]:
+        return []
+
+    def round_allocations(self) -> list[RoundAllocation]:
         return []
 
     def progress_token_ok(self, attempt: str, token: str) -> bool:

@@ -9,6 +9,8 @@ work on the job path for a figure read once every scrape interval.
 
 from __future__ import annotations
 
+import functools
+import math
 import time
 from collections.abc import Callable, Iterator
 
@@ -122,6 +124,57 @@ class PoolCollector(Collector):
                 if pool.budget_limit is not None:
                     limit.add_metric([pool.budget_resource], pool.budget_limit)
         yield from (pods, knobs, queued, pod_s, gpu_s, used, limit)
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    """The registry in the Prometheus text format (0.0.4), as `generate_latest` writes it but
+    without the `_created` series and in about half the time.
+
+    Why not `generate_latest`: a scrape renders some 200-300 samples, and the library validates
+    and escapes every metric and label name of every sample on every scrape (half its time),
+    while ours are fixed at registration. Here a sample's name-and-labels prefix is formatted
+    once and cached; label values are escaped as the format says. `_created` (each series'
+    creation time) is left out: in this format Prometheus only stores it as one more plain
+    series (creation times mean something in OpenMetrics only), and it is a third of the
+    counter and histogram lines.
+    """
+    out: list[str] = []
+    for metric in registry.collect():
+        name, kind = metric.name, metric.type
+        if kind == "counter":
+            name += "_total"
+        elif kind == "unknown":
+            kind = "untyped"
+        doc = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
+        for sample in metric.samples:
+            if sample.name.endswith("_created"):
+                continue
+            labels = tuple(sorted(sample.labels.items()))
+            out.append(f"{_prefix(sample.name, labels)} {_number(sample.value)}\n")
+    return "".join(out).encode()
+
+
+@functools.lru_cache(maxsize=8192)
+def _prefix(name: str, labels: tuple[tuple[str, str], ...]) -> str:
+    if not labels:
+        return name
+    pairs = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+    return f"{name}{{{pairs}}}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    if value == math.inf:
+        return "+Inf"
+    if value == -math.inf:
+        return "-Inf"
+    if value != value:
+        return "NaN"
+    return repr(float(value))
 
 
 class MetricsMiddleware:

@@ -178,6 +178,10 @@ class _Tally:
     requests: collections.Counter[str] = field(default_factory=collections.Counter)
     #: Milliseconds each `/metrics` scrape took in the window (`--scrape-every`).
     scrapes_ms: list[float] = field(default_factory=list)
+    #: The broker's render time of each of those scrapes (its `Server-Timing` header).
+    renders_ms: list[float] = field(default_factory=list)
+    #: ... and the CPU time the broker's thread spent in each render.
+    render_cpu_ms: list[float] = field(default_factory=list)
     #: The broker's own view of its /metrics requests (the handler, without HTTP or queueing):
     #: (count, seconds, count within 5 ms), from its request-latency histogram.
     scrape_server: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -190,8 +194,16 @@ async def _scraper(url: str, every: float, stop_at: float, tally: _Tally) -> Non
     async with httpx.AsyncClient(base_url=url, timeout=30.0) as http:
         while time.time() < stop_at:
             began = time.perf_counter()
-            (await http.get("/metrics")).raise_for_status()
+            response = (await http.get("/metrics")).raise_for_status()
             tally.scrapes_ms.append((time.perf_counter() - began) * 1000.0)
+            timing = dict(
+                part.strip().split(";dur=", 1)
+                for part in response.headers.get("server-timing", "").split(",")
+                if ";dur=" in part
+            )
+            if "render" in timing and "cpu" in timing:
+                tally.renders_ms.append(float(timing["render"]))
+                tally.render_cpu_ms.append(float(timing["cpu"]))
             await asyncio.sleep(every)
 
 
@@ -438,6 +450,11 @@ def run_once(
         "scrape_server_within_5ms": tally.scrape_server[2] / max(tally.scrape_server[0], 1),
         "scrape_ms_p50": percentile(tally.scrapes_ms, 50),
         "scrape_ms_p99": percentile(tally.scrapes_ms, 99),
+        "scrape_render_ms_p50": percentile(tally.renders_ms, 50),
+        "scrape_render_ms_p99": percentile(tally.renders_ms, 99),
+        "scrapes_ms": tally.scrapes_ms,
+        "renders_ms": tally.renders_ms,
+        "render_cpu_ms": tally.render_cpu_ms,
         "succeeded": sum(f.state == "SUCCEEDED" for f in in_window),
         "warm_acquisitions": sum(f.acquisition == "warm" for f in in_window),
         "store_jobs_in_window": len(store_in_window),

@@ -17,6 +17,7 @@ decided start.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -33,7 +34,7 @@ from firepool.control.elastic import (
 from firepool.control.elastic_verdict import ElasticVerdict, judge_elastic
 from firepool.control.failures import Failure, failures_between
 from firepool.control.records import Ticket
-from firepool.model import ACCELERATORS, JobState, NotFoundError, PoolSpec
+from firepool.model import ACCELERATORS, JobState, NotFoundError, PoolSpec, RoundAllocation
 from firepool.scheduling import (
     Configuration,
     GpuSpec,
@@ -107,6 +108,8 @@ class ElasticJobs:
         self.pending: dict[str, _Attempt] = {}
         self.live: dict[str, _Attempt] = {}
         self.rounds = 0
+        #: The latest rounds' allocations, newest last (the dashboard shows them).
+        self.allocations: collections.deque[RoundAllocation] = collections.deque(maxlen=20)
         self._latest = start
         self._failures_until = start
 
@@ -202,6 +205,10 @@ class ElasticJobs:
             return None
         outcome = self.life.run_round(now, self.policy)
         self.rounds += 1
+        result = outcome.result
+        pods = {job: 0 if c is None else c.replicas for job, c in result.assignments.items()}
+        if pods:  # a round with no elastic job has nothing to show
+            self.allocations.append(RoundAllocation(self.rounds, now, result.policy, pods))
         step = self._carry_out(outcome.decisions, now)
         if self.rules.failure_rate > 0:
             until = now + self.rules.round_s

@@ -1,9 +1,10 @@
 """The dashboard's HTML: pure functions from the broker's figures to escaped markup.
 
-Why hand-written HTML and no template engine or front-end build: the page is four tables and
-a few bars, refreshed by polling one server-rendered fragment; `html.escape` on every value
-is the whole injection defence, and nothing has to be built or fetched from a CDN (the broker
-often runs where nothing outside can be reached). The shell page (`SHELL`) holds no data: the
+Why hand-written HTML and no template engine or front-end build: the page is a few tables,
+bars and two line charts (inline SVG drawn here, no charting library), refreshed by polling
+one server-rendered fragment; `html.escape` on every value is the whole injection defence,
+and nothing has to be built or fetched from a CDN (the broker often runs where nothing
+outside can be reached). The shell page (`SHELL`) holds no data: the
 browser keeps the API token in its session storage and sends it as a bearer token with every
 fragment request, exactly like the SDK, so no cookie (and no CSRF surface) is involved.
 """
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from firepool.api.schemas import JobOut, PodView
-from firepool.model import PoolSpec, PoolStats
+from firepool.model import PoolSpec, PoolStats, RoundAllocation, TimelinePoint
 
 #: Pod states that count as busy (a job holds the pod).
 BUSY = frozenset({"assigned", "running"})
@@ -44,6 +45,16 @@ th {{ border-bottom: 1px solid #999; }}
 .SUCCEEDED {{ color: #2a7; }} .FAILED {{ color: #c33; }} .CANCELLED {{ color: #a3a; }}
 .QUEUED {{ color: #b80; }} .RUNNING {{ color: #08c; }}
 #login-error {{ color: #c33; }}
+svg.chart {{ background: #fafafa; border: 1px solid #ddd; margin-right: 1.5em; }}
+svg.chart polyline {{ fill: none; stroke-width: 1.6; }}
+svg.chart text {{ font-size: 10px; fill: #555; }}
+.s-held {{ stroke: #9ecae1; }} .s-busy {{ stroke: #08519c; }}
+.s-p50 {{ stroke: #31a354; }} .s-p90 {{ stroke: #fd8d3c; }} .s-p99 {{ stroke: #de2d26; }}
+.key span {{ display: inline-block; width: 1em; height: 3px; vertical-align: middle;
+            margin: 0 .3em 0 .8em; }}
+.k-held {{ background: #9ecae1; }} .k-busy {{ background: #08519c; }}
+.k-p50 {{ background: #31a354; }} .k-p90 {{ background: #fd8d3c; }}
+.k-p99 {{ background: #de2d26; }}
 .muted {{ color: #777; }}
 </style>
 </head>
@@ -91,6 +102,10 @@ setInterval(refresh, {REFRESH_MS});
 """
 
 
+#: Elastic rounds shown as columns (the newest).
+ROUNDS_SHOWN = 8
+
+
 @dataclass(frozen=True, slots=True)
 class PanelData:
     caller: str
@@ -99,6 +114,10 @@ class PanelData:
     stats: Sequence[PoolStats]
     pods: Sequence[PodView]
     jobs: Sequence[JobOut]
+    timeline: Sequence[TimelinePoint] = ()
+    rounds: Sequence[RoundAllocation] = ()
+    #: Which of the rounds' jobs are the caller's (only those are named).
+    own: frozenset[str] = frozenset()
 
 
 def _e(value: object) -> str:
@@ -137,8 +156,90 @@ def _bar(held: int, busy: int, ceiling: int) -> str:
     )
 
 
+Series = tuple[str, Sequence[tuple[float, float | None]]]
+
+
+def chart(name: str, series: Sequence[Series], *, unit: str, width: int = 460) -> str:
+    """An inline SVG line chart of `series` (css class, [(time, value or None)]) over a
+    shared time axis; a None value breaks its line. Server-rendered: no script, no library."""
+    height, pad = 120, 4
+    times = [t for _, points in series for t, _ in points]
+    values = [v for _, points in series for _, v in points if v is not None]
+    head = f"<svg class='chart' id='{name}' width='{width}' height='{height + 16}'>"
+    if len(times) < 2:
+        return head + "<text x='8' y='20'>collecting samples</text></svg>"
+    t0, t1 = min(times), max(times)
+    top = max(values, default=0.0) or 1.0
+    span = max(t1 - t0, 1e-9)
+
+    def xy(t: float, v: float) -> str:
+        x = pad + (width - 2 * pad) * (t - t0) / span
+        y = pad + (height - 2 * pad) * (1 - v / top)
+        return f"{x:.1f},{y:.1f}"
+
+    lines = []
+    for css, points in series:
+        run: list[str] = []
+        for t, v in [*points, (t1, None)]:
+            if v is None:
+                if len(run) > 1:
+                    lines.append(f"<polyline class='{css}' points='{' '.join(run)}'/>")
+                elif run:
+                    x, y = run[0].split(",")
+                    lines.append(f"<circle class='{css}' cx='{x}' cy='{y}' r='1.5'/>")
+                run = []
+            else:
+                run.append(xy(t, v))
+    label = f"{top:.3g}{unit}" if unit == "s" else f"{top:.0f}{unit}"
+    ago = f"-{span:.0f} s" if span < 120 else f"-{span / 60:.0f} min"
+    axis = (
+        f"<text x='{pad}' y='12'>{html.escape(label)}</text>"
+        f"<text x='{pad}' y='{height + 12}'>{ago}</text>"
+        f"<text x='{width - 30}' y='{height + 12}'>now</text>"
+    )
+    return head + "".join(lines) + axis + "</svg>"
+
+
+def _key(*names: str) -> str:
+    return (
+        "<span class='key'>" + "".join(f"<span class='k-{n}'></span>{n}" for n in names) + "</span>"
+    )
+
+
+def charts(timeline: Sequence[TimelinePoint]) -> str:
+    held = [(p.at, float(p.held)) for p in timeline]
+    busy = [(p.at, float(p.busy)) for p in timeline]
+    p50 = [(p.at, p.start_p50) for p in timeline]
+    p90 = [(p.at, p.start_p90) for p in timeline]
+    p99 = [(p.at, p.start_p99) for p in timeline]
+    return (
+        "<div><b>held vs busy pods</b>" + _key("held", "busy") + "<br>"
+        + chart("capacity-chart", [("s-held", held), ("s-busy", busy)], unit=" pods")
+        + "</div><div><b>start latency</b> (jobs ended in each interval)"
+        + _key("p50", "p90", "p99") + "<br>"
+        + chart("latency-chart", [("s-p50", p50), ("s-p90", p90), ("s-p99", p99)], unit="s")
+        + "</div>"
+    )  # fmt: skip
+
+
+def elastic_table(rounds: Sequence[RoundAllocation], own: frozenset[str]) -> str:
+    """Pods per elastic job (rows) in the newest rounds (columns); another caller's jobs are
+    summed in one row, never named."""
+    shown = list(rounds)[-ROUNDS_SHOWN:]
+    jobs = sorted({job for r in shown for job in r.pods if job in own})
+    header = ["job", *(f"round {r.round}" for r in shown)]
+    rows = [[_e(job), *(_e(r.pods.get(job, "")) for r in shown)] for job in jobs]
+    others = [sum(n for job, n in r.pods.items() if job not in own) for r in shown]
+    if any(others) or any(job not in own for r in shown for job in r.pods):
+        rows.append(["<span class='muted'>other callers</span>", *(str(n) for n in others)])
+    policy = shown[-1].policy if shown else "-"
+    note = f"<p class='muted'>pods given to each elastic job per round (policy {_e(policy)})</p>"
+    return note + _table("elastic", header, rows)
+
+
 def panel(data: PanelData) -> str:
-    """The fragment the shell polls: pools, pods, queue and the caller's recent jobs."""
+    """The fragment the shell polls: pools, queue, plots over time, elastic rounds, pods and
+    the caller's recent jobs."""
     shapes = {p.name: p for p in data.pools}
     pool_rows = []
     for s in data.stats:
@@ -226,6 +327,11 @@ def panel(data: PanelData) -> str:
                 pool_rows,
             ),
             f"<h2>Queue</h2><p id='queue'>{queued} job(s) queued across every pool</p>",
+            "<h2>Over time</h2><div style='display:flex;flex-wrap:wrap'>",
+            charts(data.timeline),
+            "</div>",
+            "<h2>Elastic jobs</h2>",
+            elastic_table(data.rounds, data.own),
             "<h2>Pods</h2>",
             _table(
                 "pods",

@@ -15,12 +15,16 @@ from firepool.api.context import Authed
 from firepool.api.routes.pods import pod_views
 from firepool.api.schemas import JobOut
 from firepool.dashboard.page import SHELL, PanelData, panel
+from firepool.model import JobKind
+from firepool.store import JobRecord
 
 router = APIRouter(include_in_schema=False)
 
 #: The caller's jobs the panel shows: newest first, read with a LIMIT, so the page costs the
 #: same with ten jobs in the store or a million.
 RECENT_JOBS = 50
+#: Elastic jobs of the shown rounds whose owner is looked up (one read each), at most.
+MAX_ELASTIC_JOBS = 50
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -31,9 +35,21 @@ async def shell() -> HTMLResponse:
 @router.get("/dashboard/panel", response_class=HTMLResponse)
 async def dashboard_panel(session: Authed) -> HTMLResponse:
     context = session.context
-    jobs = await run_in_threadpool(
-        lambda: context.store.list_jobs(caller=session.caller, limit=RECENT_JOBS, newest_first=True)
-    )
+    hooks = context.hooks
+    rounds = hooks.round_allocations()
+    elastic_ids = sorted({job for r in rounds for job in r.pods})[:MAX_ELASTIC_JOBS]
+
+    def read() -> tuple[list[JobRecord], frozenset[str]]:
+        store = context.store
+        recent = store.list_jobs(caller=session.caller, limit=RECENT_JOBS, newest_first=True)
+        mine = {job.id for job in recent if job.spec.kind is JobKind.ELASTIC}
+        for job_id in elastic_ids:
+            found = None if job_id in mine else store.get(job_id)
+            if found is not None and found.caller == session.caller:
+                mine.add(job_id)
+        return recent, frozenset(mine)
+
+    jobs, own = await run_in_threadpool(read)
     data = PanelData(
         caller=session.caller,
         now=context.clock(),
@@ -41,5 +57,8 @@ async def dashboard_panel(session: Authed) -> HTMLResponse:
         stats=context.hooks.pool_stats(),
         pods=pod_views(session),
         jobs=[JobOut.of(job) for job in jobs],
+        timeline=hooks.timeline(),
+        rounds=rounds,
+        own=own,
     )
     return HTMLResponse(panel(data), headers={"Cache-Control": "no-store"})

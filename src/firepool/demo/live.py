@@ -34,16 +34,25 @@ class Workload:
     name: str
     callers: tuple[str, ...]
     build: Callable[[Tagger, random.Random, str], Program]
+    #: The simulator's name of the same loop (`sim.experiments.runs.loop_cell`), also what
+    #: `firepool demo --workloads` takes.
+    key: str
 
 
 WORKLOADS = (
-    Workload("W-Agent, 2 agents", ("agent-0", "agent-1"), lambda t, r, c: w_agent(t, r, c)),
+    Workload(
+        "W-Agent, 2 agents",
+        ("agent-0", "agent-1"),
+        lambda t, r, c: w_agent(t, r, c),
+        key="agent2",
+    ),
     Workload(
         "W-Agent, 4 agents",
         ("agent-0", "agent-1", "agent-2", "agent-3"),
         lambda t, r, c: w_agent(t, r, c),
+        key="agent4",
     ),
-    Workload("W-RL", ("trainer",), lambda t, r, c: w_rl(t, r, c)),
+    Workload("W-RL", ("trainer",), lambda t, r, c: w_rl(t, r, c), key="rl"),
 )
 
 
@@ -106,7 +115,7 @@ async def run_arm(
         try:
             await asyncio.gather(
                 *(
-                    _drive(program, clients, scale, result, on_job)
+                    drive(program, clients, scale, result, on_job)
                     for program in programs(workload, arm, seed)
                 )
             )
@@ -121,7 +130,7 @@ async def run_arm(
     return result
 
 
-async def _drive(
+async def drive(
     program: Program,
     clients: dict[str, AsyncClient],
     scale: float,

@@ -57,7 +57,17 @@ from firepool.control.reservations import ReservationRules
 from firepool.control.rollout import RolloutProgress
 from firepool.control.scaler import ScalerConfig
 from firepool.control.tracker import Tracker
-from firepool.model import JobKind, JobState, PodInfo, PoolSpec, PoolStats, StoreUnavailableError
+from firepool.model import (
+    JobKind,
+    JobState,
+    PodInfo,
+    PodState,
+    PoolSpec,
+    PoolStats,
+    RoundAllocation,
+    StoreUnavailableError,
+    TimelinePoint,
+)
 from firepool.packages import PackageStore
 from firepool.protocol import ExitEvent
 from firepool.service.attempt import AttemptRunner, LogSink, Running
@@ -69,6 +79,9 @@ from firepool.service.telemetry import BrokerTelemetry, HeldClock, held_counts
 from firepool.store import JobRecord, JobStore
 
 log = logging.getLogger("firepool.service")
+
+#: Pod states in which a job holds the pod (the dashboard's busy capacity).
+_BUSY_STATES = frozenset({PodState.ASSIGNED, PodState.RUNNING})
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,8 @@ class BrokerConfig:
     elastic: ElasticConfig = field(default_factory=ElasticConfig)
     scaler: ScalerConfig = field(default_factory=ScalerConfig)
     max_gpus_per_caller: int | None = None
+    #: Seconds between two samples of the dashboard's plots (held vs busy, start latency).
+    timeline_s: float = 10.0
     #: Age-keyed gang reservations (control/reservations.py); None: off.
     gang_reservations: ReservationRules | None = None
     #: How often the capacity source is read (the broker paper's default: 10 s).
@@ -196,6 +211,7 @@ class Broker:
             asyncio.create_task(self._hold_loop(), name="holds"),
             asyncio.create_task(self._elastic_loop(), name="elastic"),
             asyncio.create_task(self._keepalive_loop(), name="keepalive"),
+            asyncio.create_task(self._timeline_loop(), name="timeline"),
             asyncio.create_task(self._capacity_loop(), name="capacity"),
         ]
 
@@ -424,6 +440,28 @@ class Broker:
 
     def metric_collectors(self) -> list[Collector]:
         return self.telemetry.collectors()
+
+    def timeline(self) -> list[TimelinePoint]:
+        return list(self.telemetry.timeline.points)
+
+    def round_allocations(self) -> list[RoundAllocation]:
+        elastic = self.core.elastic
+        return [] if elastic is None else list(elastic.allocations)
+
+    def sample_timeline(self) -> None:
+        """One sample of held vs busy pods over every pool (and the interval's start
+        latencies) for the dashboard's plots."""
+        held = busy = 0
+        for spec in self.specs.values():
+            for pod in self.tracker.pool_pods(spec.name):
+                held += 1
+                busy += pod.state in _BUSY_STATES
+        self.telemetry.timeline.sample(self.clock(), held, busy)
+
+    async def _timeline_loop(self) -> None:
+        while not self._closing:
+            self.sample_timeline()
+            await asyncio.sleep(self.config.timeline_s)
 
     def apply_pool(self, spec: PoolSpec) -> PoolSpec:
         """An admin's edit of a pool, through the core (a new template rolls the pods

@@ -14,13 +14,15 @@ policy names come from the catalog or from enums, never from job ids or caller-c
 
 from __future__ import annotations
 
+import collections
+import math
 from collections.abc import Sequence
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.registry import Collector
 
 from firepool.control.records import Lease, Pod, RetireReason
-from firepool.model import ErrorCode, JobState, PoolSpec
+from firepool.model import ErrorCode, JobState, PoolSpec, TimelinePoint
 from firepool.service.attempt import Running
 
 #: Seconds from a job's submission to its first instruction: warm starts take milliseconds,
@@ -35,6 +37,7 @@ class BrokerTelemetry:
     """Counters and histograms the service increments where it executes the core's actions."""
 
     def __init__(self) -> None:
+        self.timeline = Timeline()
         self.acquisitions = Counter(
             "firepool_pod_acquisitions",
             "Pods handed to jobs, by how each was obtained.",
@@ -128,6 +131,7 @@ class BrokerTelemetry:
         if first is not None:
             latency = max(first - running.ticket.submitted_at, 0.0)
             self.start_latency.labels(pool, lease.pods[0].path.value).observe(latency)
+            self.timeline.started(latency)
             self.run_time.labels(pool).observe(max(end - first, 0.0))
         clean = len(lease.pods) - unclean
         if clean > 0:
@@ -142,6 +146,40 @@ class BrokerTelemetry:
     def job_finished(self, pool: str, state: JobState, error: ErrorCode | None) -> None:
         if state.terminal:
             self.finished.labels(pool, state.value, error.value if error else "").inc()
+
+
+class Timeline:
+    """The dashboard's plots over time: held vs busy pods and start latency percentiles.
+
+    The broker samples it every `BrokerConfig.timeline_s` (a bounded ring: `keep` samples, an
+    hour at 10 s), so a page load reads at most `keep` points whatever the store holds. Start
+    latencies arrive as attempts end and are summarised per sample, so the percentiles are of
+    the jobs of that interval, not of the whole run.
+    """
+
+    #: Latencies kept between two samples at most (a burst beyond it is summarised by these).
+    MAX_PENDING = 10_000
+
+    def __init__(self, keep: int = 360) -> None:
+        self.points: collections.deque[TimelinePoint] = collections.deque(maxlen=keep)
+        self._pending: list[float] = []
+
+    def started(self, latency: float) -> None:
+        if len(self._pending) < self.MAX_PENDING:
+            self._pending.append(latency)
+
+    def sample(self, now: float, held: int, busy: int) -> TimelinePoint:
+        ordered = sorted(self._pending)
+        self._pending = []
+
+        def rank(q: float) -> float | None:
+            if not ordered:
+                return None
+            return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+        point = TimelinePoint(now, held, busy, len(ordered), rank(50), rank(90), rank(99))
+        self.points.append(point)
+        return point
 
 
 class HeldClock:

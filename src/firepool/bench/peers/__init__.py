@@ -275,8 +275,8 @@ def _print(results: Sequence[Measured], out: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title="peers (overhead and start: ms, medians / p90; makespans: s)")
-    columns = ("system", "overhead", "start p50", "start p90", "stream", "ms/job", "W-Agent")
-    columns += ("W-RL", "leaks: next caller", "same caller")
+    columns: tuple[str, ...] = ("system", "overhead", "start p50", "start p90", "stream", "ms/job")
+    columns += ("W-Agent", "W-RL", "leaks: next caller", "same caller")
     for col in columns:
         table.add_column(col, justify="left" if col == "system" else "right")
     for m in results:

@@ -126,10 +126,11 @@ async def _probe(system: System, m: Measured) -> None:
     a, b = PROBE_CALLERS
     for other in (True, False):
         probe_id = uuid.uuid4().hex[:12]
+        round_ = "next" if other else "same"
         try:
-            planted = await system.run(a, jobs.plant(probe_id), stream="p", probe=other)
+            planted = await system.run(a, jobs.plant(probe_id), stream=round_, probe=round_)
             looked = await system.run(
-                b if other else a, jobs.look(probe_id), stream="p", probe=other
+                b if other else a, jobs.look(probe_id), stream=round_, probe=round_
             )
             if not (planted.ok and looked.ok):
                 m.failed += 1

@@ -1,9 +1,10 @@
 """firepool's embedded broker in a child process of its own (as `firepool serve` runs it), so
 the callers' event loop and Ray's threads do not share its CPU time slices with it.
 
-Two pools: `peers` (the loops and the short-job stream; capped like the demo's pools) and
-`probe` (one pod, no owner hold: the next caller may take the pod the last one used, after
-its reset, which is the case the hostile-job probe is about).
+Three pools: `peers` (the loops and the short-job stream; capped like the demo's pools),
+`probe` (one pod, no owner hold: the next caller's probe job runs only once the planting
+pod is gone, since a used pod never serves another caller) and `probe-same` (one pod, held
+for its owner: the same caller's next probe job must run on it, after its reset).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ async def _serve_async(data_dir: str, cap: int, callers: list[str], ready: Any, 
         PoolSpec(
             name="probe", min_count=0, max_count=1, idle_timeout=600.0, caller_hold_seconds=0.0
         ),
+        PoolSpec(name="probe-same", min_count=0, max_count=1, idle_timeout=600.0),
     )
     config = BrokerConfig(reconcile_s=5.0, hold_tick_s=0.2, exit_poll_s=1.0)
     async with EmbeddedBroker(

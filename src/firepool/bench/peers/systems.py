@@ -21,7 +21,8 @@ from typing import Any, Protocol
 from firepool.bench.peers.broker import BrokerProcess
 
 LOOP_POOL = "peers"
-PROBE_POOL = "probe"
+#: The probe rounds' pools: "next" (another caller looks), "same" (the same caller looks).
+PROBE_POOLS = {"next": "probe", "same": "probe-same"}
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,11 @@ class System(Protocol):
 
     async def start(self, callers: Sequence[str]) -> None: ...
 
-    async def run(self, caller: str, body: str, *, stream: str, probe: bool = False) -> Outcome:
-        """Run `body` for `caller`; jobs of one `stream` may share a warm worker."""
+    async def run(
+        self, caller: str, body: str, *, stream: str, probe: str | None = None
+    ) -> Outcome:
+        """Run `body` for `caller`; jobs of one `stream` may share a warm worker. `probe`
+        names the hostile-job probe's round ("next" or "same" caller) a job belongs to."""
         ...
 
     async def stop(self) -> None: ...
@@ -50,8 +54,8 @@ class System(Protocol):
 class Firepool:
     """firepool's embedded broker in a child process, local pods, reached over HTTP by the SDK.
     `reuse`: a stable lease tag per caller stream (warm pods); otherwise a single-use pod per
-    job. Probe jobs go to a one-pod pool with no owner hold, so the next caller's job lands on
-    the pod the previous caller's job used (after its reset) when reuse is on."""
+    job. Probe jobs go to one-pod pools (see `broker`): with reuse on, the same caller's next
+    probe job runs on the pod its planting job used, after that pod's reset."""
 
     def __init__(self, data_dir: Path, *, reuse: bool, cap: int) -> None:
         self.reuse = reuse
@@ -67,13 +71,15 @@ class Firepool:
         url, tokens = await asyncio.to_thread(self._broker.start, list(callers))
         self._clients = {c: AsyncClient(url, tokens[c]) for c in callers}
 
-    async def run(self, caller: str, body: str, *, stream: str, probe: bool = False) -> Outcome:
+    async def run(
+        self, caller: str, body: str, *, stream: str, probe: str | None = None
+    ) -> Outcome:
         client = self._clients[caller]
         self._counter += 1
         tag = f"{caller}/{stream}" if self.reuse else f"{caller}/{stream}/{self._counter}"
         submitted = time.time()
         job = await client.submit(
-            PROBE_POOL if probe else LOOP_POOL,
+            PROBE_POOLS[probe] if probe else LOOP_POOL,
             ["python", "-c", body],
             lease_tag=tag,
             single_use=not self.reuse,
@@ -103,7 +109,9 @@ class Subprocess:
     async def start(self, callers: Sequence[str]) -> None:
         return None
 
-    async def run(self, caller: str, body: str, *, stream: str, probe: bool = False) -> Outcome:
+    async def run(
+        self, caller: str, body: str, *, stream: str, probe: str | None = None
+    ) -> Outcome:
         submitted = time.time()
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-c", body, stdout=asyncio.subprocess.PIPE
@@ -131,8 +139,8 @@ class _Worker:
 
 
 class RayPool:
-    """A pool of persistent Ray actors (one per unit of the cap), handed out first come; a
-    probe uses the first actor for both callers, as a pool with one free worker would."""
+    """A pool of persistent Ray actors (one per unit of the cap), handed out first come; the
+    probe's jobs all run on the first actor, as in a pool with one free worker."""
 
     name = "ray_pool"
     label = "Ray actor pool (persistent workers)"
@@ -151,7 +159,9 @@ class RayPool:
         for i in range(self.cap):
             self._free.put_nowait(i)
 
-    async def run(self, caller: str, body: str, *, stream: str, probe: bool = False) -> Outcome:
+    async def run(
+        self, caller: str, body: str, *, stream: str, probe: str | None = None
+    ) -> Outcome:
         if probe:
             submitted = time.time()
             out = await self._actors[0].run.remote(body)
@@ -191,7 +201,9 @@ class RayTasks:
         self._remote = ray.remote(num_cpus=1)(_task)
         await asyncio.gather(*(self._remote.remote("pass") for _ in range(4)))  # workers up
 
-    async def run(self, caller: str, body: str, *, stream: str, probe: bool = False) -> Outcome:
+    async def run(
+        self, caller: str, body: str, *, stream: str, probe: str | None = None
+    ) -> Outcome:
         submitted = time.time()
         out = await self._remote.remote(body)
         return Outcome(submitted, time.time(), out, True)

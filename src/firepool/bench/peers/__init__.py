@@ -62,6 +62,9 @@ class Measured:
     stream_makespan_s: float = 0.0
     loop_makespan_s: dict[str, float] = field(default_factory=dict)
     failed: int = 0
+    #: The 1-minute load average when the short-job stream ended: the systems run one after
+    #: another, so on a shared machine each met its own load.
+    stream_load: float = 0.0
     leak_file: bool = False
     leak_daemon: bool = False
     same_caller_leaks: int = 0
@@ -118,6 +121,7 @@ async def _stream(system: System, count: int, m: Measured) -> None:
         m.start_ms.append((t.first - outcome.submitted) * 1000.0)
     m.stream_jobs = count
     m.stream_makespan_s = time.time() - began
+    m.stream_load = os.getloadavg()[0]
 
 
 async def _probe(system: System, m: Measured) -> None:
@@ -259,6 +263,7 @@ def _result(results: Sequence[Measured], args: argparse.Namespace) -> dict[str, 
         for other, same in m.probe_places.items():
             out[f"{short}_probe_{'next' if other else 'same'}_caller_same_worker"] = same
         out[f"{short}_failed"] = m.failed
+        out[f"{short}_stream_loadavg_1m"] = m.stream_load
     reuse, fresh = by_name.get("firepool_reuse"), by_name.get("firepool_fresh")
     if reuse and fresh:
         for loop in ("agent", "rl"):
@@ -277,7 +282,7 @@ def _print(results: Sequence[Measured], out: dict[str, Any]) -> None:
 
     table = Table(title="peers (overhead and start: ms, medians / p90; makespans: s)")
     columns: tuple[str, ...] = ("system", "overhead", "start p50", "start p90", "stream", "ms/job")
-    columns += ("W-Agent", "W-RL", "leaks: next caller", "same caller")
+    columns += ("load", "W-Agent", "W-RL", "leaks: next caller", "same caller")
     for col in columns:
         table.add_column(col, justify="left" if col == "system" else "right")
     for m in results:
@@ -291,6 +296,7 @@ def _print(results: Sequence[Measured], out: dict[str, Any]) -> None:
             f"{percentile(m.start_ms, 90):.1f}",
             f"{m.stream_makespan_s:.1f} / {m.stream_jobs} jobs",
             f"{m.per_job_ms:.1f}",
+            f"{m.stream_load:.1f}",
             f"{m.loop_makespan_s['agent']:.1f}" if "agent" in m.loop_makespan_s else "-",
             f"{m.loop_makespan_s['rl']:.1f}" if "rl" in m.loop_makespan_s else "-",
             f"{m.leaks} ({leaks})" if leaks else "0",

@@ -90,7 +90,7 @@ def _programs(loop: str, seed: int) -> list[Program]:
     return out
 
 
-async def _drive(system: System, program: Program, scale: float, m: Measured) -> None:
+async def _drive(system: System, loop: str, program: Program, scale: float, m: Measured) -> None:
     command = next(program, None)
     while command is not None:
         if isinstance(command, Sleep):
@@ -98,7 +98,7 @@ async def _drive(system: System, program: Program, scale: float, m: Measured) ->
         elif isinstance(command, Run):
             outcomes = await asyncio.gather(
                 *(
-                    system.run(r.caller, jobs.sleep(r.duration * scale), stream="loop")
+                    system.run(r.caller, jobs.sleep(r.duration * scale), stream=loop)
                     for r in command.jobs
                 )
             )
@@ -191,7 +191,7 @@ async def _measure(name: str, root: Path, args: argparse.Namespace, progress: An
             progress(f"{name}: {loop} loop")
             began = time.time()
             await asyncio.gather(
-                *(_drive(system, p, args.scale, m) for p in _programs(loop, args.seed))
+                *(_drive(system, loop, p, args.scale, m) for p in _programs(loop, args.seed))
             )
             m.loop_makespan_s[loop] = time.time() - began
         progress(f"{name}: probe")

@@ -1,7 +1,7 @@
 """firepool's embedded broker in a child process of its own (as `firepool serve` runs it), so
 the callers' event loop and Ray's threads do not share its CPU time slices with it.
 
-Three pools: `peers` (the loops and the short-job stream; capped like the demo's pools),
+Pools: `peers-<phase>` for the short-job stream and each loop (capped like the demo's pools),
 `probe` (one pod, no owner hold: the next caller's probe job runs only once the planting
 pod is gone, since a used pod never serves another caller) and `probe-same` (one pod, held
 for its owner: the same caller's next probe job must run on it, after its reset).
@@ -14,6 +14,9 @@ import multiprocessing
 from pathlib import Path
 from typing import Any
 
+#: The phases that get a pool of their own: the short-job stream and the loops.
+PHASES = ("short", "agent", "rl")
+
 
 def _serve(data_dir: str, cap: int, callers: list[str], ready: Any, stop: Any) -> None:
     asyncio.run(_serve_async(data_dir, cap, callers, ready, stop))
@@ -25,8 +28,15 @@ async def _serve_async(data_dir: str, cap: int, callers: list[str], ready: Any, 
     from firepool.service.broker import BrokerConfig
     from firepool.service.catalog import Catalog
 
+    # One pool per workload, each capped like the demo's: a caller's held pods from one phase
+    # (holds last the keep-alive) must not take the next phase's capacity.
     pools = (
-        PoolSpec(name="peers", min_count=0, max_count=cap, step=cap, idle_timeout=600.0),
+        *(
+            PoolSpec(
+                name=f"peers-{phase}", min_count=0, max_count=cap, step=cap, idle_timeout=600.0
+            )
+            for phase in PHASES
+        ),
         PoolSpec(
             name="probe", min_count=0, max_count=1, idle_timeout=600.0, caller_hold_seconds=0.0
         ),

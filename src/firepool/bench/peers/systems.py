@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from firepool.bench.peers.broker import BrokerProcess
 
-LOOP_POOL = "peers"
 #: The probe rounds' pools: "next" (another caller looks), "same" (the same caller looks).
 PROBE_POOLS = {"next": "probe", "same": "probe-same"}
 
@@ -79,7 +78,7 @@ class Firepool:
         tag = f"{caller}/{stream}" if self.reuse else f"{caller}/{stream}/{self._counter}"
         submitted = time.time()
         job = await client.submit(
-            PROBE_POOLS[probe] if probe else LOOP_POOL,
+            PROBE_POOLS[probe] if probe else f"peers-{stream}",
             ["python", "-c", body],
             lease_tag=tag,
             single_use=not self.reuse,

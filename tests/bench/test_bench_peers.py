@@ -27,8 +27,11 @@ def test_peers_reports_overheads_and_the_probes_leaks(tmp_path: Path) -> None:
     # the next job is another caller's (another pod) or the same caller's (the pod, reset).
     assert r["subprocess_leaks"] == 2 and r["subprocess_leak_file"] and r["subprocess_leak_daemon"]
     assert r["subprocess_leaks_same_caller"] == 2
+    assert r["subprocess_daemon_alive_on_host"] is True
     for system in ("firepool_reuse", "firepool_fresh"):
         assert r[f"{system}_leaks"] == 0 and r[f"{system}_leaks_same_caller"] == 0
+        # Not merely out of the next job's sight: gone from the host.
+        assert r[f"{system}_daemon_alive_on_host"] is False
     # With reuse on, the same caller's next job ran on the pod the planting job had used.
     assert r["firepool_reuse_probe_same_caller_same_worker"] is True
     assert r["firepool_fresh_probe_same_caller_same_worker"] is False

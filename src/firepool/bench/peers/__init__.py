@@ -68,6 +68,8 @@ class Measured:
     leak_file: bool = False
     leak_daemon: bool = False
     same_caller_leaks: int = 0
+    #: The next-caller round's daemon still alive on the host when that caller's job ended.
+    daemon_on_host: bool = False
     #: Whether the looking job ran where the planting job had (True: next caller's round).
     probe_places: dict[bool, bool] = field(default_factory=dict)
 
@@ -142,6 +144,7 @@ async def _probe(system: System, m: Measured) -> None:
             found = jobs.leaks(looked.output)
             if other:
                 m.leak_file, m.leak_daemon = found
+                m.daemon_on_host = bool(_probe_daemons(probe_id))
             else:
                 m.same_caller_leaks = sum(found)
             if planted.place and looked.place:
@@ -150,19 +153,29 @@ async def _probe(system: System, m: Measured) -> None:
             clean_up_probe(probe_id)
 
 
-def clean_up_probe(probe_id: str) -> None:
-    """Whatever the probe left on this host (its daemons, the /tmp file) goes."""
+def _probe_daemons(probe_id: str) -> list[int]:
+    """The probe's daemons alive on this host, seen from here (a job in a PID namespace of
+    its own would not see them: this says whether one survived at all)."""
     name = jobs.marker(probe_id).encode()
+    found: list[int] = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
+            state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
             continue
-        if name in cmdline and b"import os" not in cmdline:
-            with contextlib.suppress(OSError):
-                os.kill(int(pid), signal.SIGKILL)
+        if name in cmdline and b"import os" not in cmdline and state not in (b"Z", b"X"):
+            found.append(int(pid))
+    return found
+
+
+def clean_up_probe(probe_id: str) -> None:
+    """Whatever the probe left on this host (its daemons, the /tmp file) goes."""
+    for pid in _probe_daemons(probe_id):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
     Path("/tmp", jobs.marker(probe_id)).unlink(missing_ok=True)
 
 
@@ -260,6 +273,7 @@ def _result(results: Sequence[Measured], args: argparse.Namespace) -> dict[str, 
         out[f"{short}_leak_file"] = m.leak_file
         out[f"{short}_leak_daemon"] = m.leak_daemon
         out[f"{short}_leaks_same_caller"] = m.same_caller_leaks
+        out[f"{short}_daemon_alive_on_host"] = m.daemon_on_host
         for other, same in m.probe_places.items():
             out[f"{short}_probe_{'next' if other else 'same'}_caller_same_worker"] = same
         out[f"{short}_failed"] = m.failed

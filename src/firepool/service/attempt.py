@@ -474,11 +474,15 @@ class AttemptRunner:
         re-started after a broker restart neither loses nor repeats a byte); once a rank's
         streams end (the attempt exited), the agent is told what was stored."""
 
-        async def pump(rank: int, pod: str, stream: str) -> bool:
+        async def pump(rank: int, pod: str, stream: str, offset: int) -> int | None:
+            """The stream's stored offset once it ended; None when it could not be read to
+            its end. The first try starts where the rank's record said (read once for both
+            streams); a retry reads it again."""
             for tries in range(_PUMP_TRIES):
-                offset = (await asyncio.to_thread(sink.offsets, job.id, job.retries, rank)).of(
-                    stream
-                )
+                if tries:
+                    offset = (await asyncio.to_thread(sink.offsets, job.id, job.retries, rank)).of(
+                        stream
+                    )
                 try:
                     async for chunk in self.pods.agent(pod).logs(
                         job.attempt, stream, offset=offset, follow=True
@@ -486,23 +490,25 @@ class AttemptRunner:
                         offset = await asyncio.to_thread(
                             sink.append_stream, job.id, job.retries, rank, stream, offset, chunk
                         )
-                    return True
+                    return offset
                 except NotFoundError:
-                    return False  # the attempt is gone from the pod (reset)
+                    return None  # the attempt is gone from the pod (reset)
                 except (FirepoolError, OSError, KeyError) as exc:
                     log.info("log stream %s of %s rank %d broke: %r", stream, job.attempt,
                              rank, exc)
                     await asyncio.sleep(_PUMP_BACKOFF_S * (tries + 1))
-            return False
+            return None
 
         async def rank_pump(rank: int, pod: str) -> None:
-            ended = await asyncio.gather(*(pump(rank, pod, s) for s in STREAMS))
-            if not all(ended):
+            start = await asyncio.to_thread(sink.offsets, job.id, job.retries, rank)
+            stdout, stderr = await asyncio.gather(
+                *(pump(rank, pod, s, start.of(s)) for s in STREAMS)
+            )
+            if stdout is None or stderr is None:
                 return
-            have = await asyncio.to_thread(sink.offsets, job.id, job.retries, rank)
             with contextlib.suppress(FirepoolError, OSError, KeyError):
                 await self.pods.agent(pod).ack_logs(
-                    job.attempt, LogAck(stdout=have.stdout, stderr=have.stderr)
+                    job.attempt, LogAck(stdout=stdout, stderr=stderr)
                 )
 
         await asyncio.gather(*(rank_pump(rank, pod) for rank, pod in enumerate(pods)))

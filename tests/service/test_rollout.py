@@ -134,3 +134,37 @@ def test_only_admins_change_pools_and_bad_edits_change_nothing(tmp_path: Path) -
         accepted = admin.put("/v1/pools/cpu", json={**newer, "min_count": 1})
         assert accepted.status_code == 200, accepted.text
         assert (current()["template_version"], current()["min_count"]) == (5, 1)
+
+
+def test_an_applied_edit_survives_a_broker_restart_and_restarts_no_pod(tmp_path: Path) -> None:
+    """The edit is in the store: a broker restarted on the same data directory (from the old
+    catalog) runs the edited template, and the pods already built from it stay."""
+    data, catalog = tmp_path / "b", Catalog((POOL,), {"cpu": 3})
+    edited = POOL.model_copy(update={"template_version": 2, "idle_timeout": 900.0})
+    with running_broker(data, catalog=catalog, config=CONFIG,
+                        delete_pods_on_exit=False) as first:
+        with first.client("root", role=TokenRole.ADMIN) as admin:
+            token = admin.headers["Authorization"]
+            before = admin.get("/v1/pools").json()["rollouts"][0]
+            assert before["edited"] is False
+            answer = admin.put("/v1/pools/cpu", json=edited.model_dump(mode="json"))
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["rollout"]["edited"] is True
+
+            def rolled() -> bool:
+                (r,) = admin.get("/v1/pools").json()["rollouts"]
+                return bool(r["done"] and r["current"] == POOL.min_count)
+
+            wait_until("every pod on template 2", rolled, timeout=120)
+        tracker = first.embedded.broker.tracker
+        pods = first.call(lambda: {p.name for p in tracker.pool_pods("cpu")})
+    with running_broker(data, catalog=catalog, config=CONFIG) as second:
+        with second.client() as c:
+            c.headers["Authorization"] = token
+            (pool,) = c.get("/v1/pools").json()["pools"]
+            (rollout,) = c.get("/v1/pools").json()["rollouts"]
+        assert (pool["template_version"], pool["idle_timeout"]) == (2, 900.0)
+        assert rollout["edited"] is True and rollout["done"] is True
+        tracker = second.embedded.broker.tracker
+        kept = second.call(lambda: {(p.name, p.template) for p in tracker.pool_pods("cpu")})
+        assert kept == {(name, 2) for name in pods}

@@ -151,13 +151,17 @@ def test_an_applied_edit_survives_a_broker_restart_and_restarts_no_pod(tmp_path:
             assert answer.status_code == 200, answer.text
             assert answer.json()["rollout"]["edited"] is True
 
-            def rolled() -> bool:
-                (r,) = admin.get("/v1/pools").json()["rollouts"]
-                return bool(r["done"] and r["current"] == POOL.min_count)
+            tracker = first.embedded.broker.tracker
 
-            wait_until("every pod on template 2", rolled, timeout=120)
-        tracker = first.embedded.broker.tracker
-        pods = first.call(lambda: {p.name for p in tracker.pool_pods("cpu")})
+            def idle_on_2() -> set[str]:
+                pods = first.call(lambda: [(p.name, p.state, p.template)
+                                           for p in tracker.pool_pods("cpu")])
+                ok = len(pods) == POOL.min_count and all(
+                    (s, t) == (PodState.IDLE, 2) for _, s, t in pods)
+                return {name for name, _, _ in pods} if ok else set()
+
+            wait_until("every pod idle on template 2", lambda: bool(idle_on_2()), timeout=120)
+            pods = idle_on_2()
     with running_broker(data, catalog=catalog, config=CONFIG) as second:
         with second.client() as c:
             c.headers["Authorization"] = token

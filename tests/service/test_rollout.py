@@ -5,6 +5,8 @@ at the end, as `GET /v1/pools` reports. A caller token changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 import sys
 import threading
 from pathlib import Path
@@ -13,6 +15,7 @@ from firepool.control.records import RetireReason
 from firepool.model import PodState, PoolSpec, TokenRole
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
+from firepool.store.engine import DB_FILE
 from firepool.testing.gate import Gate
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
 from firepool.testing.waiting import wait_until
@@ -172,3 +175,28 @@ def test_an_applied_edit_survives_a_broker_restart_and_restarts_no_pod(tmp_path:
         tracker = second.embedded.broker.tracker
         kept = second.call(lambda: {(p.name, p.template) for p in tracker.pool_pods("cpu")})
         assert kept == {(name, 2) for name in pods}
+
+
+def test_an_edit_the_store_refuses_is_not_applied(tmp_path: Path) -> None:
+    """The edit is stored before it takes effect: with the database locked by another writer
+    the PUT is a typed 503, and the pool, its rollout and the store stay as they were."""
+    data = tmp_path / "b"
+    with running_broker(data, catalog=Catalog((POOL,), {"cpu": 3}), config=CONFIG,
+                        store_options={"sqlite_busy_s": 0.5}) as broker:
+        edited = POOL.model_copy(update={"template_version": 2}).model_dump(mode="json")
+        with broker.client("root", role=TokenRole.ADMIN) as admin:
+            before = admin.get("/v1/pools").json()
+            other = sqlite3.connect(data / DB_FILE, isolation_level=None)
+            other.execute("BEGIN EXCLUSIVE")
+            try:
+                refused = admin.put("/v1/pools/cpu", json=edited)
+            finally:
+                other.execute("ROLLBACK")
+                other.close()
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"] == "StoreUnavailable"
+            after = admin.get("/v1/pools").json()
+            assert after["pools"] == before["pools"]
+            assert after["rollouts"][0]["edited"] is False
+        store = broker.embedded.broker.store
+        assert broker.run(asyncio.to_thread(store.pool_edits)) == []

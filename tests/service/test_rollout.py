@@ -146,25 +146,27 @@ def test_an_applied_edit_survives_a_broker_restart_and_restarts_no_pod(tmp_path:
     edited = POOL.model_copy(update={"template_version": 2, "idle_timeout": 900.0})
     with running_broker(data, catalog=catalog, config=CONFIG,
                         delete_pods_on_exit=False) as first:
-        with first.client("root", role=TokenRole.ADMIN) as admin:
-            token = admin.headers["Authorization"]
-            before = admin.get("/v1/pools").json()["rollouts"][0]
-            assert before["edited"] is False
-            answer = admin.put("/v1/pools/cpu", json=edited.model_dump(mode="json"))
-            assert answer.status_code == 200, answer.text
-            assert answer.json()["rollout"]["edited"] is True
+        admin = first.client("root", role=TokenRole.ADMIN)
+        token = admin.headers["Authorization"]
+        before = admin.get("/v1/pools").json()["rollouts"][0]
+        assert before["edited"] is False
+        answer = admin.put("/v1/pools/cpu", json=edited.model_dump(mode="json"))
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["rollout"]["edited"] is True
 
-            tracker = first.embedded.broker.tracker
+        tracker = first.embedded.broker.tracker
 
-            def idle_on_2() -> set[str]:
-                pods = first.call(lambda: [(p.name, p.state, p.template)
-                                           for p in tracker.pool_pods("cpu")])
-                ok = len(pods) == POOL.min_count and all(
-                    (s, t) == (PodState.IDLE, 2) for _, s, t in pods)
-                return {name for name, _, _ in pods} if ok else set()
+        seen: list[set[str]] = []
 
-            wait_until("every pod idle on template 2", lambda: bool(idle_on_2()), timeout=120)
-            pods = idle_on_2()
+        def idle_on_2() -> bool:
+            pods = first.call(lambda: [(p.name, p.state, p.template)
+                                       for p in tracker.pool_pods("cpu")])
+            seen.append({name for name, _, _ in pods})
+            return len(pods) == POOL.min_count and all(
+                (s, t) == (PodState.IDLE, 2) for _, s, t in pods)
+
+        wait_until("every pod idle on template 2", idle_on_2, timeout=120)
+        pods = seen[-1]
     with running_broker(data, catalog=catalog, config=CONFIG) as second:
         with second.client() as c:
             c.headers["Authorization"] = token

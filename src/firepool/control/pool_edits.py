@@ -5,7 +5,9 @@ the store. Each stored edit is laid over the catalog's entry for its pool unless
 has moved past it: a higher catalog `template_version` means the operator changed the file
 after the edit, and the file wins. An edit for a pool the catalog no longer has, or one that
 no longer fits it (a fixed field changed), is reported and skipped: a stale edit must never
-keep the broker from starting. No I/O.
+keep the broker from starting. An edit at the catalog's own version whose template differs
+from the catalog's (the file was changed without raising the version) is applied the way
+`applied_spec` applies any such edit: one version up. No I/O.
 """
 
 from __future__ import annotations

@@ -39,10 +39,12 @@ def test_pools_apply_rolls_a_pool_and_pools_shows_it(tmp_path: Path) -> None:
         edited.write_text(CATALOG.format(version=2))
         refused = caller("pools", "apply", str(edited))
         assert refused.exit_code == 1 and "Forbidden" in refused.stderr
-        assert "v1 done" in caller("pools").stdout
+        listed = caller("pools").stdout
+        assert "v1 done" in listed and "catalog" in listed and "applied edit" not in listed
         applied = admin("pools", "apply", str(edited))
         assert applied.exit_code == 0, applied.stderr
-        assert "v2" in applied.stdout
+        assert "v2" in applied.stdout and "applied edit" in applied.stdout
+        assert "applied edit" in caller("pools").stdout  # SPEC: where the spec came from
         wait_until("rolled over", lambda: "v2 done" in caller("pools").stdout, timeout=120.0)
         unknown = tmp_path / "unknown.toml"
         unknown.write_text(CATALOG.format(version=3) + CATALOG.format(version=1).replace(

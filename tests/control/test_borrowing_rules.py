@@ -157,3 +157,31 @@ def test_a_reclaim_never_uses_up_the_job_s_retries() -> None:
     driver.settle()  # the next attempt exits 0
     assert driver.finished[job] is JobState.SUCCEEDED
     assert driver.tickets[job].retries == 2
+
+
+def test_reclaims_count_from_the_stored_ticket_so_a_restart_changes_no_retry_decision() -> None:
+    """A job reclaimed once, then (after a broker restart) failing for real: the new core
+    knows the reclaim only from the ticket the store gives it, and still allows the retry."""
+    pool = POOL.model_copy(update={"min_count": 1})
+    before = StepDriver.of([pool], budgets={"H200": 1}, config=CoreConfig(elastic=None))
+    before.settle()
+    job = before.submit("alice", "gpu", max_retries=1)
+    before.act(before.core.capacity_changed("H200", 0, before.now))
+    before.finish()
+    stored = before.tickets[job]  # what the store holds after the Reclaimed requeue
+    assert (stored.retries, stored.reclaims, stored.failures) == (1, 1, 0)
+
+    after = StepDriver.of([pool], budgets={"H200": 1}, config=CoreConfig(elastic=None))
+    after.settle()
+    after.tickets[job] = stored
+    after.act(after.core.submit(stored, after.now))
+    for _ in range(3):
+        after.tick()
+        after.ready()
+    after.finish(exit_code=3)  # the first real failure uses the one retry, it ends nothing
+    assert after.verdicts[job] == [ErrorCode.NON_ZERO_EXIT]
+    assert job not in after.finished
+    assert (after.tickets[job].retries, after.tickets[job].failures) == (2, 1)
+    after.finish(exit_code=3)  # the second one is over the limit
+    after.settle()
+    assert after.finished[job] is JobState.FAILED

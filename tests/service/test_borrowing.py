@@ -17,10 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
-from firepool.model import ConfigError, ErrorCode, PodState, PoolSpec
-from firepool.service.broker import BrokerConfig
+from firepool.control.dispatch import AttemptEnd, judge
+from firepool.model import AcquisitionPath, ConfigError, ErrorCode, JobSpec, PodState, PoolSpec
+from firepool.service.broker import BrokerConfig, ticket_of
 from firepool.service.capacity import FileCapacitySource, open_capacity_source, parse_reading
 from firepool.service.catalog import Catalog
+from firepool.store import PodBinding, open_store
 from firepool.testing.gate import Gate
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
 from firepool.testing.waiting import wait_until
@@ -150,3 +152,28 @@ def test_an_http_source_reads_a_controller_and_refuses_a_bad_answer() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_reclaim_read_back_after_a_restart_still_uses_no_failure_retry(tmp_path: Path) -> None:
+    """The retry decision after a restart comes from what the store holds: a job reclaimed
+    once, re-read by a new process, has used none of its one failure retry."""
+    store = open_store(data_dir=tmp_path)
+    try:
+        job = store.submit("alice", JobSpec(pool="gpu", command=["x"], max_retries=1),
+                           now=0.0).job
+        job = store.start(job, [PodBinding(0, "gpu-1", AcquisitionPath.NEW, "none")],
+                          now=1.0)
+        store.requeue(job, now=2.0, error_class=ErrorCode.RECLAIMED)
+    finally:
+        store.close()
+    reopened = open_store(data_dir=tmp_path)  # the restarted broker's store
+    try:
+        read = reopened.get(job.id)
+        assert read is not None
+        ticket = ticket_of(read)
+    finally:
+        reopened.close()
+    assert (ticket.retries, ticket.reclaims, ticket.failures) == (1, 1, 0)
+    failed = AttemptEnd(exit_code=3)
+    assert judge(failed, ticket.failures, ticket.spec.max_retries).retry
+    assert not judge(failed, ticket.retries, ticket.spec.max_retries).retry  # the old count

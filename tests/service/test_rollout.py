@@ -5,6 +5,8 @@ at the end, as `GET /v1/pools` reports. A caller token changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 import sys
 import threading
 from pathlib import Path
@@ -13,6 +15,7 @@ from firepool.control.records import RetireReason
 from firepool.model import PodState, PoolSpec, TokenRole
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
+from firepool.store.engine import DB_FILE
 from firepool.testing.gate import Gate
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
 from firepool.testing.waiting import wait_until
@@ -134,3 +137,68 @@ def test_only_admins_change_pools_and_bad_edits_change_nothing(tmp_path: Path) -
         accepted = admin.put("/v1/pools/cpu", json={**newer, "min_count": 1})
         assert accepted.status_code == 200, accepted.text
         assert (current()["template_version"], current()["min_count"]) == (5, 1)
+
+
+def test_an_applied_edit_survives_a_broker_restart_and_restarts_no_pod(tmp_path: Path) -> None:
+    """The edit is in the store: a broker restarted on the same data directory (from the old
+    catalog) runs the edited template, and the pods already built from it stay."""
+    data, catalog = tmp_path / "b", Catalog((POOL,), {"cpu": 3})
+    edited = POOL.model_copy(update={"template_version": 2, "idle_timeout": 900.0})
+    with running_broker(data, catalog=catalog, config=CONFIG,
+                        delete_pods_on_exit=False) as first:
+        admin = first.client("root", role=TokenRole.ADMIN)
+        token = admin.headers["Authorization"]
+        before = admin.get("/v1/pools").json()["rollouts"][0]
+        assert before["edited"] is False
+        answer = admin.put("/v1/pools/cpu", json=edited.model_dump(mode="json"))
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["rollout"]["edited"] is True
+
+        tracker = first.embedded.broker.tracker
+
+        seen: list[set[str]] = []
+
+        def idle_on_2() -> bool:
+            pods = first.call(lambda: [(p.name, p.state, p.template)
+                                       for p in tracker.pool_pods("cpu")])
+            seen.append({name for name, _, _ in pods})
+            return len(pods) == POOL.min_count and all(
+                (s, t) == (PodState.IDLE, 2) for _, s, t in pods)
+
+        wait_until("every pod idle on template 2", idle_on_2, timeout=120)
+        pods = seen[-1]
+    with running_broker(data, catalog=catalog, config=CONFIG) as second:
+        with second.client() as c:
+            c.headers["Authorization"] = token
+            (pool,) = c.get("/v1/pools").json()["pools"]
+            (rollout,) = c.get("/v1/pools").json()["rollouts"]
+        assert (pool["template_version"], pool["idle_timeout"]) == (2, 900.0)
+        assert rollout["edited"] is True and rollout["done"] is True
+        tracker = second.embedded.broker.tracker
+        kept = second.call(lambda: {(p.name, p.template) for p in tracker.pool_pods("cpu")})
+        assert kept == {(name, 2) for name in pods}
+
+
+def test_an_edit_the_store_refuses_is_not_applied(tmp_path: Path) -> None:
+    """The edit is stored before it takes effect: with the database locked by another writer
+    the PUT is a typed 503, and the pool, its rollout and the store stay as they were."""
+    data = tmp_path / "b"
+    with running_broker(data, catalog=Catalog((POOL,), {"cpu": 3}), config=CONFIG,
+                        store_options={"sqlite_busy_s": 0.5}) as broker:
+        edited = POOL.model_copy(update={"template_version": 2}).model_dump(mode="json")
+        with broker.client("root", role=TokenRole.ADMIN) as admin:
+            before = admin.get("/v1/pools").json()
+            other = sqlite3.connect(data / DB_FILE, isolation_level=None)
+            other.execute("BEGIN EXCLUSIVE")
+            try:
+                refused = admin.put("/v1/pools/cpu", json=edited)
+            finally:
+                other.execute("ROLLBACK")
+                other.close()
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"] == "StoreUnavailable"
+            after = admin.get("/v1/pools").json()
+            assert after["pools"] == before["pools"]
+            assert after["rollouts"][0]["edited"] is False
+        store = broker.embedded.broker.store
+        assert broker.run(asyncio.to_thread(store.pool_edits)) == []

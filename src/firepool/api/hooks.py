@@ -81,10 +81,11 @@ class BrokerHooks(Protocol):
 
     def progress_token_ok(self, attempt: str, token: str) -> bool: ...
 
-    def apply_pool(self, spec: PoolSpec) -> PoolSpec:
+    async def apply_pool(self, spec: PoolSpec) -> PoolSpec:
         """An admin's edit of a pool: the spec the broker runs from now on (a changed
-        template rolls the pool's pods over). Raises a typed error and changes nothing when
-        the edit is refused."""
+        template rolls the pool's pods over), kept in the store so a restart runs it too.
+        Raises a typed error and changes nothing when the edit (or its store write) is
+        refused."""
         ...
 
     def rollouts(self) -> list[RolloutProgress]:
@@ -145,7 +146,7 @@ class NoHooks:
     def progress_token_ok(self, attempt: str, token: str) -> bool:
         return False
 
-    def apply_pool(self, spec: PoolSpec) -> PoolSpec:
+    async def apply_pool(self, spec: PoolSpec) -> PoolSpec:
         raise UnavailableError("no broker runs behind this API: pools cannot change here")
 
     def rollouts(self) -> list[RolloutProgress]:

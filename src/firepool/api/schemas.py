@@ -124,6 +124,8 @@ class RolloutOut(StrictModel):
     stale_busy: int
     retiring: int
     done: bool
+    #: The pool runs an admin's applied edit (kept in the store), not its catalog entry.
+    edited: bool = False
 
 
 class PoolListOut(StrictModel):

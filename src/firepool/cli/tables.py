@@ -148,7 +148,7 @@ def pools_table(
     _key_column(table, "NAME", [p.name for p in pools])
     for name in ("SHAPE", "MEMORY", "FLOOR", "IDLE CAP", "CEILING", "KEEP-ALIVE"):
         table.add_column(name)
-    for name in ("HOLD", "STANDBYS", "TAGS", "ROLLOUT"):
+    for name in ("HOLD", "STANDBYS", "TAGS", "ROLLOUT", "SPEC"):
         table.add_column(name)
     progress = {r.pool: r for r in rollouts}
     if wide:
@@ -172,6 +172,7 @@ def pools_table(
             str(pool.standbys_per_active),
             pool.lease_tag_mode.value,
             rollout_cell(progress.get(pool.name)),
+            spec_source(progress.get(pool.name)),
             *(
                 [
                     str(pool.step),
@@ -185,6 +186,14 @@ def pools_table(
             ),
         )
     return table
+
+
+def spec_source(progress: RolloutOut | None) -> str:
+    """Where the pool's spec came from: an admin's applied edit (kept across restarts) or
+    the broker's catalog file; `-` when the API runs no broker."""
+    if progress is None:
+        return "-"
+    return "applied edit" if progress.edited else "catalog"
 
 
 def rollout_cell(progress: RolloutOut | None) -> str:

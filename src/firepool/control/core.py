@@ -22,7 +22,7 @@ would have changed nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from firepool.control.actions import (
     DISPATCH,
@@ -149,10 +149,10 @@ class BrokerCore:
         self._no_capacity: dict[str, tuple[tuple[int, int, int], Wait]] = {}
         self._gpu_pools = frozenset(p.name for p in self.specs.values() if p.is_gpu)
         self._rolling: set[str] = set()  # pools with pods of an old template
-        self._reclaiming: set[str] = set()  # jobs preempted to give borrowed capacity back
-        # Attempts of each unfinished job that ended Reclaimed: they bump the job's retry
-        # number but not its failures, so they never use up `max_retries`.
-        self._reclaims: dict[str, int] = {}
+        self.edited: set[str] = set()  # pools running an admin's edit, not the catalog's spec
+        # Jobs preempted to give borrowed capacity back. Their `Reclaimed` attempts are
+        # counted by the store (`Ticket.reclaims`), so they never use up `max_retries`.
+        self._reclaiming: set[str] = set()
         self.reclaimed = 0  # attempts preempted that way
         self.units_asked = 0  # units asked back that could go (beyond what was leaving anyway)
         self.units_given = 0  # units the broker's give-back plans freed for them
@@ -354,10 +354,7 @@ class BrokerCore:
             self._reclaiming.discard(job)
             if verdict.state is not JobState.SUCCEEDED:
                 self.reclaimed += 1
-                self._reclaims[job] = self._reclaims.get(job, 0) + 1
                 verdict = reclaimed_verdict(end)
-        if not verdict.retry:
-            self._reclaims.pop(job, None)
         actions.append(RecordVerdict(live.ticket, verdict))
         actions.append(Reconcile(pool))  # restage standbys, retire, refill floors
         actions.append(DISPATCH)
@@ -366,8 +363,7 @@ class BrokerCore:
     def _judge(self, ticket: Ticket, end: AttemptEnd) -> Verdict:
         if ticket.spec.kind is _ELASTIC and self.elastic is not None:
             return self.elastic.judge(ticket, end)
-        failures = ticket.retries - self._reclaims.get(ticket.job, 0)
-        return judge(end, failures, ticket.spec.max_retries)
+        return judge(end, ticket.failures, ticket.spec.max_retries)
 
     def _released(self, released: ReleaseResult) -> list[Action]:
         actions: list[Action] = [HoldPod(pod, until) for pod, until in released.held]
@@ -538,13 +534,9 @@ class BrokerCore:
         """An operator changed a pool's catalog entry. A new template marks the pool's old
         pods stale (idle ones at once, busy ones after their job); the scaler then drains them
         `drain_budget` at a time and creates replacements inside the ceiling and budget."""
-        current = self.specs.get(spec.name)
-        if current is None:
-            raise UnknownPoolError(
-                f"pool {spec.name!r} is not in this broker's catalog", field="name"
-            )
-        new = applied_spec(current, spec)
+        new = self.preview_pool(spec)
         self.specs[new.name] = new
+        self.edited.add(new.name)
         self.tracker.set_pool(new)
         pool = new.name
         self._gen[pool] += 1
@@ -554,11 +546,23 @@ class BrokerCore:
             self._rolling.add(pool)
         return [Reconcile(pool), DISPATCH]
 
+    def preview_pool(self, spec: PoolSpec) -> PoolSpec:
+        """The spec `set_pool(spec)` would run, changing nothing (a driver stores it before
+        applying it); raises the typed error `set_pool` would."""
+        current = self.specs.get(spec.name)
+        if current is None:
+            raise UnknownPoolError(
+                f"pool {spec.name!r} is not in this broker's catalog", field="name"
+            )
+        return applied_spec(current, spec)
+
     def rollout(self, pool: str) -> RolloutProgress:
         """How far the pool's pods are on its current template."""
         progress = rollout_progress(self.specs[pool], self.tracker.pool_pods(pool))
         if progress.done:
             self._rolling.discard(pool)
+        if pool in self.edited:
+            progress = replace(progress, edited=True)
         return progress
 
     # ------------------------------------------------------------------ borrowed capacity

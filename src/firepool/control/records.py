@@ -234,6 +234,15 @@ class Ticket:
     spec: JobSpec
     submitted_at: float
     retries: int = 0
+    #: Earlier attempts that ended `Reclaimed`, as the store counted them: read back from the
+    #: store (never kept in memory), so a restarted broker counts failures the same way.
+    reclaims: int = 0
+
+    @property
+    def failures(self) -> int:
+        """Earlier attempts that count against `max_retries`: a reclaim takes an attempt
+        number but is the capacity owner's doing, never the job's failure."""
+        return self.retries - self.reclaims
 
     @property
     def attempt(self) -> str:

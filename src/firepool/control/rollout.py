@@ -73,6 +73,8 @@ class RolloutProgress:
     stale_idle: int = 0
     stale_busy: int = 0
     retiring: int = 0
+    #: The spec came from an admin's applied edit (this run or a stored one), not the catalog.
+    edited: bool = False
 
     @property
     def old(self) -> int:

@@ -70,6 +70,7 @@ from firepool.model import (
 )
 from firepool.packages import PackageStore
 from firepool.protocol import ExitEvent
+from firepool.service import pool_edits
 from firepool.service.attempt import AttemptRunner, LogSink, Running
 from firepool.service.capacity import CapacitySource
 from firepool.service.elastic import ElasticConfig, ElasticDriver
@@ -106,7 +107,7 @@ class BrokerConfig:
 def ticket_of(job: JobRecord) -> Ticket:
     """The core's view of a stored job."""
     submitted = job.timings.get("submitted") or 0.0
-    return Ticket(job.id, job.caller, job.spec, submitted, job.retries)
+    return Ticket(job.id, job.caller, job.spec, submitted, job.retries, job.reclaims)
 
 
 class Broker:
@@ -189,6 +190,7 @@ class Broker:
         # The budget this broker owns, per resource, before anything is borrowed.
         self._own_budget: dict[str, int | None] = {}
         self._reading: dict[str, int] = {}  # the capacity source's last good reading
+        self._pool_edit_lock = asyncio.Lock()
 
     @property
     def tracker(self) -> Tracker:
@@ -203,6 +205,7 @@ class Broker:
 
         self._loop = asyncio.get_running_loop()
         self.base_url = base_url
+        await pool_edits.restore(self)  # before recovery adopts pods of an edited template
         await recover(self)
         self.reconcile()
         self._loops = [
@@ -463,11 +466,10 @@ class Broker:
             self.sample_timeline()
             await asyncio.sleep(self.config.timeline_s)
 
-    def apply_pool(self, spec: PoolSpec) -> PoolSpec:
-        """An admin's edit of a pool, through the core (a new template rolls the pods
-        over); the pods created from now on take the spec the core returns."""
-        self.act(self.core.set_pool(spec, self.clock()))
-        return self.specs[spec.name]
+    async def apply_pool(self, spec: PoolSpec) -> PoolSpec:
+        """An admin's edit of a pool: stored, then run by the core (a new template rolls the
+        pods over); the pods created from now on take the spec returned."""
+        return await pool_edits.apply(self, spec, self._pool_edit_lock)
 
     def rollouts(self) -> list[RolloutProgress]:
         return [self.core.rollout(name) for name in self.specs]

@@ -339,7 +339,7 @@ class SimBroker:
         if epoch != work.epoch or job not in self.leases:
             return
         record = self.records[job]
-        ticket = Ticket(job, record.caller, record.spec, 0.0, record.retries)
+        ticket = Ticket(job, record.caller, record.spec, 0.0, record.retries, record.reclaims)
         fraction = work.done / work.total if work.total > 0 else 1.0
         elastic = self.core.elastic
         assert elastic is not None
@@ -397,7 +397,7 @@ class SimBroker:
             )
         self.records[job] = record
         ticket = Ticket(job, record.caller, record.spec, action.ticket.submitted_at,
-                        record.retries)
+                        record.retries, record.reclaims)
         work = self.elastic_work.get(job)
         if record.state is JobState.QUEUED:
             st = self.stats[job]

@@ -2,10 +2,10 @@
 
 Implemented: submit (with request-id idempotency), get, list_jobs, start, finish, requeue,
 cancel, record_timing(s), attempts, add_package, get_package, add_token, caller_for_token,
-principal_for_token, revoke_token, close. Every state change checks the caller's record version
-and raises `LostRaceError` on a mismatch, exactly as the SQL store does, so a driver bug that
-would lose a race in production loses it here too. Not thread-safe: the simulator is
-single-threaded.
+principal_for_token, revoke_token, save_pool_edit, pool_edits, close. Every state change
+checks the caller's record version and raises `LostRaceError` on a mismatch, exactly as the SQL
+store does, so a driver bug that would lose a race in production loses it here too. Not
+thread-safe: the simulator is single-threaded.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from firepool.model import (
     JobState,
     LostRaceError,
     NotFoundError,
+    PoolSpec,
     Principal,
     TokenRole,
 )
@@ -30,6 +31,7 @@ from firepool.store.records import (
     JobRecord,
     PackageRecord,
     PodBinding,
+    PoolEdit,
     Submitted,
     check_transition,
     timings,
@@ -50,6 +52,7 @@ def _job(
     cancel_requested: Any = _KEEP,
     timings: Any = _KEEP,
     pods: Any = _KEEP,
+    reclaims: Any = _KEEP,
 ) -> JobRecord:
     """`dataclasses.replace` for JobRecord without its per-call field introspection (several
     times faster; the store is on the simulator's per-job path)."""
@@ -67,6 +70,7 @@ def _job(
         row.cancel_requested if cancel_requested is k else cancel_requested,
         row.timings if timings is k else timings,
         row.pods if pods is k else pods,
+        row.reclaims if reclaims is k else reclaims,
     )
 
 
@@ -79,6 +83,7 @@ class MemStore:
         self._requests: dict[tuple[str, str], str] = {}
         self._packages: dict[str, PackageRecord] = {}
         self._tokens: dict[str, Principal] = {}
+        self._pool_edits: dict[str, PoolEdit] = {}
         self._ids = itertools.count(1)
 
     # ---------------------------------------------------------------- jobs
@@ -234,6 +239,7 @@ class MemStore:
             retries=row.retries + 1,
             timings=timings(submitted=row.timings.get("submitted")),
             pods=(),
+            reclaims=row.reclaims + (error_class is ErrorCode.RECLAIMED),
         )
         self._jobs[job.id] = new
         return new
@@ -294,6 +300,14 @@ class MemStore:
 
     def revoke_token(self, token_hash: str) -> None:
         self._tokens.pop(token_hash, None)
+
+    def save_pool_edit(self, spec: PoolSpec, *, now: float) -> PoolEdit:
+        edit = PoolEdit(spec, now)
+        self._pool_edits[spec.name] = edit
+        return edit
+
+    def pool_edits(self) -> list[PoolEdit]:
+        return [self._pool_edits[name] for name in sorted(self._pool_edits)]
 
     def close(self) -> None:
         self._jobs.clear()

@@ -19,6 +19,7 @@ from firepool.store.records import (
     JobRecord,
     PackageRecord,
     PodBinding,
+    PoolEdit,
     Submitted,
 )
 from firepool.store.sql import SqlJobStore
@@ -32,6 +33,7 @@ __all__ = [
     "JobStore",
     "PackageRecord",
     "PodBinding",
+    "PoolEdit",
     "SqlJobStore",
     "Submitted",
     "open_store",

@@ -11,8 +11,15 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from firepool.model import ErrorCode, JobSpec, JobState, Principal, TokenRole
-from firepool.store.records import AttemptRecord, JobRecord, PackageRecord, PodBinding, Submitted
+from firepool.model import ErrorCode, JobSpec, JobState, PoolSpec, Principal, TokenRole
+from firepool.store.records import (
+    AttemptRecord,
+    JobRecord,
+    PackageRecord,
+    PodBinding,
+    PoolEdit,
+    Submitted,
+)
 
 
 class JobStore(Protocol):
@@ -61,7 +68,8 @@ class JobStore(Protocol):
     def requeue(
         self, job: JobRecord, *, now: float, error_class: ErrorCode | None = None
     ) -> JobRecord:
-        """RUNNING -> QUEUED for a retry or crash recovery; the next attempt gets retry + 1."""
+        """RUNNING -> QUEUED for a retry or crash recovery; the next attempt gets retry + 1.
+        An `error_class` of `Reclaimed` also raises the job's `reclaims` (no failure)."""
         ...
 
     def cancel(self, job_id: str, *, now: float) -> JobRecord:
@@ -104,6 +112,16 @@ class JobStore(Protocol):
         ...
 
     def revoke_token(self, token_hash: str) -> None: ...
+
+    # ---------------------------------------------------------------- pool edits
+    def save_pool_edit(self, spec: PoolSpec, *, now: float) -> PoolEdit:
+        """Keep the spec an admin applied to a pool (replacing that pool's earlier edit);
+        a broker applies an edit only after this returned."""
+        ...
+
+    def pool_edits(self) -> list[PoolEdit]:
+        """Every pool's latest applied edit, by pool name."""
+        ...
 
     def close(self) -> None: ...
 

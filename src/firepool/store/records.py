@@ -16,6 +16,7 @@ from firepool.model import (
     InvalidTransitionError,
     JobSpec,
     JobState,
+    PoolSpec,
     attempt_id,
 )
 
@@ -60,6 +61,8 @@ class JobRecord:
     timings: dict[str, float | None] = field(default_factory=dict)
     #: Bindings of the current (or last) attempt, rank order.
     pods: tuple[PodBinding, ...] = ()
+    #: Earlier attempts that ended `Reclaimed`: counted in `retries`, never as failures.
+    reclaims: int = 0
 
     @property
     def attempt(self) -> str:
@@ -105,3 +108,11 @@ def check_transition(job: JobRecord, to: JobState) -> None:
             f"job {job.id}: {job.state.value} -> {to.value} is not a legal transition",
             field="state",
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PoolEdit:
+    """A pool spec an admin applied, as stored: what a restarted broker runs again."""
+
+    spec: PoolSpec
+    applied_at: float

@@ -61,4 +61,5 @@ def job_from_row(row: Any, pods: Iterable[PodBinding]) -> JobRecord:
             "finished": row.finished_at,
         },
         pods=tuple(pods),
+        reclaims=row.reclaims,
     )

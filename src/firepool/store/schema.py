@@ -35,6 +35,9 @@ jobs = sa.Table(
     sa.Column("version", sa.Integer, nullable=False),
     sa.Column("priority", sa.Integer, nullable=False),
     sa.Column("retries", sa.Integer, nullable=False),
+    # Attempts that ended `Reclaimed` (borrowed capacity taken back): they raised `retries`
+    # but are no failures, so `retries - reclaims` is what counts against `max_retries`.
+    sa.Column("reclaims", sa.Integer, nullable=False, server_default="0"),
     sa.Column("exit_code", sa.Integer, nullable=True),
     sa.Column("error_class", sa.String(64), nullable=True),
     sa.Column("message", sa.Text, nullable=True),
@@ -100,4 +103,15 @@ tokens = sa.Table(
     sa.Column("revoked", sa.Boolean, nullable=False),
     # `caller` or `admin` (TokenRole); tokens minted before roles existed are callers.
     sa.Column("role", sa.String(16), nullable=False, server_default="caller"),
+)
+
+pool_edits = sa.Table(
+    "pool_edits",
+    metadata,
+    # The spec an admin applied (`PUT /v1/pools/{name}`), as the broker ran it: a restarted
+    # broker applies it on top of its catalog file, so the edit survives the process.
+    sa.Column("name", sa.String(63), primary_key=True),
+    sa.Column("spec", BigText, nullable=False),
+    sa.Column("template_version", sa.Integer, nullable=False),
+    sa.Column("applied_at", sa.Double, nullable=False),
 )

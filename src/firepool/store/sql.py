@@ -36,6 +36,7 @@ from firepool.model import (
 )
 from firepool.store.accounts import AccountsMixin
 from firepool.store.committer import BulkWrite, Committer, Tx
+from firepool.store.pool_edits import PoolEditsMixin
 from firepool.store.records import (
     AttemptRecord,
     JobRecord,
@@ -133,7 +134,7 @@ def spec_hash(spec: JobSpec) -> str:
     return hashlib.sha256(spec.model_dump_json(exclude={"request_id"}).encode()).hexdigest()
 
 
-class SqlJobStore(AccountsMixin):
+class SqlJobStore(AccountsMixin, PoolEditsMixin):
     def __init__(self, engine: Engine, *, writers: int | None = None, max_batch: int = 256) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
@@ -520,6 +521,7 @@ class SqlJobStore(AccountsMixin):
     ) -> JobRecord:
         check_transition(job, JobState.QUEUED)
         error = error_class.value if error_class is not None else None
+        reclaims = job.reclaims + (error_class is ErrorCode.RECLAIMED)
 
         def write(tx: Tx) -> None:
             conn = tx.conn
@@ -528,6 +530,7 @@ class SqlJobStore(AccountsMixin):
                 job,
                 state=JobState.QUEUED.value,
                 retries=job.retries + 1,
+                reclaims=reclaims,
                 assigned_at=None,
                 started_at=None,
                 first_instruction_at=None,
@@ -546,6 +549,7 @@ class SqlJobStore(AccountsMixin):
             retries=job.retries + 1,
             timings=timings(submitted=job.timings.get("submitted")),
             pods=(),
+            reclaims=reclaims,
         )
 
     def cancel(self, job_id: str, *, now: float) -> JobRecord:

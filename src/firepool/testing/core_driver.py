@@ -87,8 +87,9 @@ class StepDriver:
         ticket, verdict = action.ticket, action.verdict
         self.verdicts.setdefault(ticket.job, []).append(verdict.error_class)
         if verdict.retry:
+            reclaimed = verdict.error_class is ErrorCode.RECLAIMED
             again = Ticket(ticket.job, ticket.caller, ticket.spec, ticket.submitted_at,
-                           ticket.retries + 1)
+                           ticket.retries + 1, ticket.reclaims + reclaimed)
             self.tickets[ticket.job] = again
             return self.core.verdict_recorded(again, JobState.QUEUED, self.now)
         self.finished[ticket.job] = verdict.state

@@ -39,7 +39,7 @@ async def apply_pool(name: str, spec: PoolSpec, session: AdminSession) -> Respon
             f"the body names pool {spec.name!r}, the path {name!r}", field="name"
         )
     hooks = session.context.hooks
-    applied = hooks.apply_pool(spec)
+    applied = await hooks.apply_pool(spec)
     progress = next(r for r in hooks.rollouts() if r.pool == applied.name)
     return json_response(PoolOut(pool=applied, rollout=rollout_view(progress)))
 
@@ -54,4 +54,5 @@ def rollout_view(progress: RolloutProgress) -> RolloutOut:
         stale_busy=progress.stale_busy,
         retiring=progress.retiring,
         done=progress.done,
+        edited=progress.edited,
     )

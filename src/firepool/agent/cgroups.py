@@ -81,8 +81,8 @@ def enable_v2_controllers(group: Path, wanted: tuple[str, ...]) -> dict[str, str
     """Make `wanted` controllers available in `group` by enabling them in its parent's
     `cgroup.subtree_control` where the unified hierarchy has them but nobody enabled them for
     children. The kernel allows that in the root cgroup and in a delegated parent that holds no
-    process itself (a parent holding processes answers EBUSY: the host must delegate, e.g.
-    systemd's `Delegate=yes` with the broker in a leaf). Returns {controller: why} for each
+    process itself; a parent holding processes gets the threaded controllers (cpu, pids) but
+    answers EBUSY for memory. Returns {controller: why} for each
     wanted controller that is still missing: bound to a v1 hierarchy, or refused."""
     parent = group.parent
     have = _words(group / "cgroup.controllers")

@@ -10,6 +10,7 @@ fork bomb and memory hog of test_hostile_jobs.py check enforcement in whichever 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -167,13 +168,7 @@ def test_a_v2_controller_is_enabled_for_the_pod_unless_its_parent_holds_processe
         needs("a writable cgroup v2 hierarchy")
     assert base is not None
     root = Path(next(m for m, t, _ in cgroups._mounts() if t == "cgroup2"))
-    offered = sorted(cgroups._words(root / "cgroup.controllers"))
-    if not offered:
-        needs("a controller in the unified hierarchy")
-    domain = [c for c in offered if c not in THREADED]
-    if not domain:
-        needs("a domain controller (memory, io, hugetlb, ...) in the unified hierarchy")
-    controller = "memory" if "memory" in domain else domain[0]
+    controller = _domain_controller(root)
     enabled_before = controller in cgroups._words(root / "cgroup.subtree_control")
     try:
         with _group(root / f"firepool-test-{uuid.uuid4().hex[:8]}") as parent:
@@ -202,6 +197,62 @@ def test_a_v2_controller_is_enabled_for_the_pod_unless_its_parent_holds_processe
             while (parent / "cgroup.procs").read_text().strip():
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
+    finally:
+        if not enabled_before:
+            with contextlib.suppress(OSError):
+                (root / "cgroup.subtree_control").write_text(f"-{controller}")
+
+
+def _domain_controller(root: Path) -> str:
+    """A controller of the unified root that the kernel refuses below a cgroup with processes."""
+    offered = sorted(cgroups._words(root / "cgroup.controllers"))
+    domain = [c for c in offered if c not in THREADED]
+    if not domain:
+        needs("a domain controller (memory, io, hugetlb, ...) in the unified hierarchy")
+    return "memory" if "memory" in domain else domain[0]
+
+
+PLACE = """
+import json, os, sys
+from firepool.agent import cgroups
+mount, leaf, controller = sys.argv[1:]
+with open(mount + leaf + "/cgroup.procs", "w") as fh:
+    fh.write(str(os.getpid()))
+group, refused = cgroups.place_v2_group(mount, cgroups._own_paths()[""], "pod", (controller,))
+print(json.dumps({"group": str(group), "refused": refused}))
+"""
+
+
+def test_an_agent_in_a_delegated_leaf_gets_its_pod_group_beside_it() -> None:
+    """systemd `Delegate=yes` with the broker moved into a leaf of its unit: below the leaf
+    (which holds the agent) a domain controller is refused, beside it the unit gives it."""
+    if _unified() is None:
+        needs("a writable cgroup v2 hierarchy")
+    root = _v2_root()
+    controller = _domain_controller(root)
+    enabled_before = controller in cgroups._words(root / "cgroup.subtree_control")
+    unit_name = f"firepool-test-{uuid.uuid4().hex[:8]}"
+    try:
+        with _group(root / unit_name) as unit, _group(unit / "broker") as leaf:
+            assert enable_v2_controllers(unit, (controller,)) == {}
+            (unit / "cgroup.subtree_control").write_text(f"+{controller}")  # as systemd does
+            done = subprocess.run(
+                [sys.executable, "-c", PLACE, str(root), f"/{unit_name}/broker", controller],
+                capture_output=True, text=True, timeout=60, check=True,
+            )  # fmt: skip
+            placed = json.loads(done.stdout)
+            try:
+                assert placed == {"group": str(unit / "pod"), "refused": {}}, placed
+                assert controller in cgroups._words(unit / "pod" / "cgroup.controllers")
+                assert not (leaf / "pod").exists()  # the refused try was cleaned up
+            finally:
+                with contextlib.suppress(OSError):
+                    (unit / "pod").rmdir()
+            deadline = time.monotonic() + 5
+            while (leaf / "cgroup.procs").read_text().strip():
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            (unit / "cgroup.subtree_control").write_text(f"-{controller}")
     finally:
         if not enabled_before:
             with contextlib.suppress(OSError):

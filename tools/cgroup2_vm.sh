@@ -3,7 +3,7 @@
 #
 # Why: a host whose memory/pids/cpu controllers sit on cgroup v1 hierarchies never runs the
 # agent's v2 path (memory.max, pids.max, cpu.max, cgroup.kill, cgroup.subtree_control). This
-# boots a stock Debian kernel under KVM with `cgroup_no_v1=all`, the host's root filesystem as
+# boots a stock Debian kernel under qemu (KVM where it can, else TCG) with `cgroup_no_v1=all`, the host's root filesystem as
 # the guest's root (virtio-9p, read-only), this checkout shared writable, and runs pytest in it.
 # Not part of `make test`.
 #

@@ -34,7 +34,7 @@ from pod_helpers import (
     wait_exit,
 )
 
-from firepool.agent import procfs
+from firepool.agent import cgroups, procfs
 from firepool.backends.agent_client import AgentClient
 from firepool.backends.base import PodRecord
 from firepool.backends.local import LocalBackend
@@ -124,7 +124,18 @@ def test_the_pod_runs_in_the_mode_it_records_and_never_as_root(env: Env) -> None
         assert env.health.limits["pid"] == "namespace"
     assert env.health.limits["mqueue"] == "swept"
     assert env.health.limits["pids"].endswith(str(PIDS_MAX))
+    for controller in _v2_only(("pids", "memory")):  # the fork bomb and the hog below meet v2
+        assert env.health.limits[controller].startswith("cgroup2:"), env.health.limits
     env.reset_clean()
+
+
+def _v2_only(controllers: tuple[str, ...]) -> list[str]:
+    """Those of `controllers` that this kernel offers in its unified hierarchy alone."""
+    mounts = cgroups._mounts()
+    v1 = {c for _, t, o in mounts if t == "cgroup" for c in o.split(",")}
+    v2 = next((Path(m) for m, t, _ in mounts if t == "cgroup2"), None)
+    offered = cgroups._words(v2 / "cgroup.controllers") if v2 is not None else set()
+    return [c for c in controllers if c in offered and c not in v1]
 
 
 def test_exit_is_pushed_with_code_and_runtime(env: Env) -> None:

@@ -81,8 +81,8 @@ def enable_v2_controllers(group: Path, wanted: tuple[str, ...]) -> dict[str, str
     """Make `wanted` controllers available in `group` by enabling them in its parent's
     `cgroup.subtree_control` where the unified hierarchy has them but nobody enabled them for
     children. The kernel allows that in the root cgroup and in a delegated parent that holds no
-    process itself (a parent holding processes answers EBUSY: the host must delegate, e.g.
-    systemd's `Delegate=yes` with the broker in a leaf). Returns {controller: why} for each
+    process itself; a parent holding processes gets the threaded controllers (cpu, pids) but
+    answers EBUSY for memory. Returns {controller: why} for each
     wanted controller that is still missing: bound to a v1 hierarchy, or refused."""
     parent = group.parent
     have = _words(group / "cgroup.controllers")
@@ -102,6 +102,37 @@ def enable_v2_controllers(group: Path, wanted: tuple[str, ...]) -> dict[str, str
         if controller not in _words(group / "cgroup.controllers"):
             missing[controller] = f"enabled below {parent} but absent from {group}"
     return missing
+
+
+def place_v2_group(
+    mount: str, own: str, name: str, wanted: tuple[str, ...]
+) -> tuple[Path | None, dict[str, str]]:
+    """Make the pod's v2 group and give it the `wanted` controllers; returns the group (None if
+    it cannot be made) and {controller: why} for those it still lacks.
+
+    Below the agent's own cgroup first. That works in the root cgroup, but a non-root cgroup
+    holding the agent (a systemd unit with `Delegate=yes` and the broker moved into a leaf of
+    it) refuses domain controllers such as memory for children (EBUSY). Then the group goes
+    beside the agent's cgroup, below the delegated parent that holds no process, if the
+    controllers come there."""
+    group = _make(mount, own, name)
+    if group is None:
+        return None, {}
+    refused = enable_v2_controllers(group, wanted)
+    parent = own.rstrip("/").rpartition("/")[0]
+    if not refused or not own.strip("/"):
+        return group, refused
+    beside = _make(mount, parent, name)
+    if beside is None or beside == group:
+        return group, refused
+    refused_beside = enable_v2_controllers(beside, wanted)
+    if len(refused_beside) < len(refused):
+        keep, drop, why = beside, group, refused_beside
+    else:
+        keep, drop, why = group, beside, refused
+    with contextlib.suppress(OSError):
+        drop.rmdir()
+    return keep, why
 
 
 class PodCgroups:
@@ -129,10 +160,9 @@ class PodCgroups:
             mounts, own = [], {}
         v2 = next((m for m, t, _ in mounts if t == "cgroup2"), None)
         if v2 is not None and "" in own:
-            self.ledger = _make(v2, own[""], name)
+            self.ledger, self.v2_refused = place_v2_group(v2, own[""], name, V2_CONTROLLERS)
             if self.ledger is not None:
                 self._dirs.append(self.ledger)
-                self.v2_refused = enable_v2_controllers(self.ledger, V2_CONTROLLERS)
         if self.limit_bytes is None:
             self.mode = MemoryLimitMode.NONE
         elif self.ledger is not None and self._v2_memory(self.ledger):

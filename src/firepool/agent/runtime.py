@@ -52,6 +52,7 @@ from firepool.protocol import (
     MemoryLimitMode,
     ResetResult,
     StopReason,
+    silence_tick_s,
 )
 
 log = logging.getLogger("firepool.agent")
@@ -565,7 +566,7 @@ class Agent:
         bound = self.config.broker_silence_s
         if bound is None:
             return
-        tick = min(max(bound / 4, 0.05), 5.0)
+        tick = silence_tick_s(bound)
         last = time.monotonic()
         while not end.wait(tick):
             now = time.monotonic()

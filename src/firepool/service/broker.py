@@ -132,6 +132,7 @@ class Broker:
             package_url=lambda digest: f"{self.base_url}/internal/v1/packages/{digest}",
             exit_poll_s=config.exit_poll_s,
             resize_grace_s=config.elastic.stop_grace_s,
+            silence_s=self.silence_s,
         )
         self.elastic = ElasticDriver(
             self.core,
@@ -159,6 +160,8 @@ class Broker:
         self.dispatch_ms: collections.deque[float] = collections.deque(maxlen=1024)
         self.telemetry = BrokerTelemetry()  # served at /metrics through `metric_collectors`
         self._held = HeldClock(clock())
+        self._started: float | None = None
+        self.dispatching_after_start_s: float | None = None
 
     @property
     def tracker(self) -> Tracker:
@@ -173,8 +176,10 @@ class Broker:
 
         self._loop = asyncio.get_running_loop()
         self.base_url = base_url
+        self._started = time.perf_counter()
         await recover(self)
         self.reconcile()
+        self._wake.set()  # the first pass runs now, not at the first tick: queued jobs wait
         self._loops = [
             asyncio.create_task(self._dispatch_loop(), name="dispatch"),
             asyncio.create_task(self._reconcile_loop(), name="reconcile"),
@@ -433,6 +438,11 @@ class Broker:
         self.dispatch_ms.append((time.perf_counter() - start) * 1000.0)
         self.telemetry.dispatch.observe(self.dispatch_ms[-1] / 1000.0)
         self.act(actions)
+        if self.dispatching_after_start_s is None and self._started is not None:
+            # Start (recovery included) to the first dispatch pass: the restart's cost to
+            # queued work, read by `firepool experiment faults` from the log.
+            self.dispatching_after_start_s = time.perf_counter() - self._started
+            log.info("dispatching %.1f ms after start", self.dispatching_after_start_s * 1000)
 
     # ------------------------------------------------------------------ attempts
 
@@ -610,13 +620,20 @@ class Broker:
 
     # ------------------------------------------------------------------ keep-alive
 
+    def silence_s(self, pool: str) -> float | None:
+        """The silence `pool`'s agents tolerate before ending their pods and fencing their
+        attempts (None: any). One setting for both sides: the agents' fence and this
+        broker's lost window (`AttemptRunner`) are derived from it."""
+        from firepool.backends.local import silence_bound
+
+        spec = self.specs.get(pool)
+        setting = getattr(self.backend, "broker_silence_s", None)
+        return silence_bound(setting, spec) if spec is not None else None
+
     def keepalive_s(self) -> float | None:
         """How often every pod hears from this broker: a quarter of the shortest silence its
         agents tolerate before ending their pods (None: they tolerate any)."""
-        from firepool.backends.local import silence_bound
-
-        setting = getattr(self.backend, "broker_silence_s", None)
-        bounds = [b for s in self.specs.values() if (b := silence_bound(setting, s)) is not None]
+        bounds = [b for name in self.specs if (b := self.silence_s(name)) is not None]
         return max(min(bounds) / 4, 0.05) if bounds else None
 
     async def _keepalive_loop(self) -> None:

@@ -131,13 +131,29 @@ def test_standbys_follow_their_active_pod_or_go() -> None:
     assert plan.delete == ["lonely"]
 
 
-def test_a_job_whose_pods_are_gone_or_not_all_busy_with_it_is_lost() -> None:
+def test_a_job_whose_pods_are_gone_is_lost() -> None:
+    pods = [listed("p1", state="running", job="j", owner="alice", used="1")]
+    plan = plan_recovery(pods, [running_job("j", "p1", "gone"), running_job("k", "vanished")],
+                         SPECS)  # fmt: skip
+    assert sorted(j.ticket.job for j in plan.lost) == ["j", "k"] and plan.probe == []
+    assert [s.state for s in plan.restore] == [PodState.RUNNING]  # released unclean, later
+
+
+def test_a_pod_whose_annotations_lag_its_job_is_restored_busy_with_it() -> None:
+    """The broker died after the job's durable commit (or its release) and before the pods'
+    annotations said so: the store's bindings win. Each pod is probed with the job, never
+    handed to another job while the attempt may still run (or have ended) there."""
     pods = [
         listed("p1", state="running", job="j", owner="alice", used="1"),
         listed("p2", state="idle"),
+        listed("p3", state="held", owner="alice", used="1", hold_until="99.0"),
     ]
-    plan = plan_recovery(pods, [running_job("j", "p1", "p2"), running_job("k", "vanished")], SPECS)
-    assert sorted(j.ticket.job for j in plan.lost) == ["j", "k"] and plan.probe == []
+    plan = plan_recovery(pods, [running_job("j", "p1", "p2", "p3")], SPECS)
+    assert [j.ticket.job for j in plan.probe] == ["j"] and plan.lost == []
+    assert {(s.name, s.state, s.job, s.owner) for s in plan.restore} == {
+        (name, PodState.RUNNING, "j", "alice") for name in ("p1", "p2", "p3")
+    }
+    assert all(s.hold_until == 0.0 for s in plan.restore)
 
 
 def test_a_lost_attempt_is_judged_like_any_lost_pod_and_respects_max_retries() -> None:

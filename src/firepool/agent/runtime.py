@@ -57,6 +57,9 @@ from firepool.protocol import (
 
 log = logging.getLogger("firepool.agent")
 
+#: Attempts whose exits an agent still answers for after their reset.
+REMEMBERED_RESETS = 8
+
 #: The environment variable that marks every process of this pod (see reset.py).
 MARKER_VAR = "FIREPOOL_POD_MARKER"
 OOM_RSS_FRACTION = 0.9
@@ -139,6 +142,7 @@ class Agent:
         self._lock = threading.RLock()  # guards the fields below
         self._op = threading.Lock()  # serialises launch / reset
         self.current: Attempt | None = None
+        self.reset_attempts: dict[str, AttemptStatus] = {}  # see `_remember_reset`
         self.seen: dict[str, int] = {}
         self.dirty = False
         self.unclean_reason: str | None = None
@@ -420,6 +424,10 @@ class Agent:
         return self._attempt(attempt_id).exited.wait(timeout)
 
     def status(self, attempt_id: str) -> AttemptStatus:
+        with self._lock:
+            remembered = self.reset_attempts.get(attempt_id)
+        if remembered is not None:
+            return remembered
         cur = self._attempt(attempt_id)
         with self._lock:
             return AttemptStatus(
@@ -513,6 +521,8 @@ class Agent:
             with self._lock:
                 if result.clean:
                     self.dirty = False
+                    if cur is not None and cur.exit is not None:
+                        self._remember_reset(cur)
                     self.current = None
                 else:
                     self.unclean_reason = result.reason
@@ -521,6 +531,22 @@ class Agent:
             if not result.clean:
                 log.warning("reset unclean after %.2f ms: %s", result.duration_ms, result.reason)
             return result
+
+    def _remember_reset(self, cur: Attempt) -> None:
+        """Keep an attempt's exit past its reset (the last few, under the lock): a broker
+        killed after the reset but before its verdict was durable asks at recovery, and an
+        attempt that ended must be judged by its exit, not run again as one never launched."""
+        assert cur.exit is not None
+        self.reset_attempts[cur.request.attempt] = AttemptStatus(
+            attempt=cur.request.attempt,
+            phase=AttemptPhase.EXITED,
+            pid=cur.pid,
+            mode=cur.mode,
+            started_at=cur.started_at,
+            exit=cur.exit,
+        )
+        while len(self.reset_attempts) > REMEMBERED_RESETS:
+            self.reset_attempts.pop(next(iter(self.reset_attempts)))
 
     # ------------------------------------------------------------------ output
 

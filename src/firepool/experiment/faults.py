@@ -84,7 +84,7 @@ class FaultCampaign:
     pool_max: int = 10
     max_retries: int = 3
     drain_s: float = 240.0  # after the last fault, for every job to end
-    isolation: str = "weak"  # several callers share the host's /tmp: this is a test rig
+    isolation: str = "auto"
 
     @property
     def victim_first_s(self) -> float:
@@ -272,7 +272,7 @@ class Campaign:
         return kept
 
     async def broker_kill(self, result: KindResult) -> None:
-        margin = 60.0  # holds expiring sooner might expire during the restart itself
+        margin = 15.0  # holds expiring sooner might expire during the restart itself
         try:
             before = {
                 n: h for n, h in (await self.holds()).items() if h[1] > time.time() + margin
@@ -305,10 +305,11 @@ class Campaign:
             deadline = time.monotonic() + 300
             attempt = f"{victim.id}:0"
             while self.evidence.starts[attempt] == 0:
-                if time.monotonic() > deadline:
+                state = (await http.get(f"/v1/jobs/{victim.id}")).json().get("state")
+                if time.monotonic() > deadline or state in TERMINAL:
                     result.notes.append(f"victim {victim.id} never started")
                     return
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.2)
             pod = (await http.get(f"/v1/jobs/{victim.id}")).json()["pods"][0]["name"]
             pid = agent_pid(self.root / "data", pod)
             if pid is None:
@@ -356,6 +357,7 @@ class Campaign:
     async def run(self) -> dict[str, KindResult]:
         exp = self.exp
         self.say(f"data in {self.root}")
+        self.root.chmod(0o755)  # jobs run as their own uid: their pod directories lie below
         data = self.root / "data"
         data.mkdir(parents=True, exist_ok=True)
         if exp.store == "postgresql":
@@ -426,6 +428,8 @@ class Campaign:
         result.jobs += 1
         if self.evidence.ran_twice(job.id):
             result.run_twice += 1
+            starts, ends = self.evidence.of_job(job.id)
+            result.notes.append(f"job {job.id} ran twice: starts {starts}, ends {ends}")
         if final is None or final["state"] != "SUCCEEDED":
             result.lost += 1
             state = "never ended" if final is None else final["state"]

@@ -162,6 +162,7 @@ class Broker:
         self._held = HeldClock(clock())
         self._started: float | None = None
         self.dispatching_after_start_s: float | None = None
+        self.recovery_s = 0.0
 
     @property
     def tracker(self) -> Tracker:
@@ -178,6 +179,7 @@ class Broker:
         self.base_url = base_url
         self._started = time.perf_counter()
         await recover(self)
+        self.recovery_s = time.perf_counter() - self._started
         self.reconcile()
         self._wake.set()  # the first pass runs now, not at the first tick: queued jobs wait
         self._loops = [
@@ -425,14 +427,20 @@ class Broker:
             except Exception:
                 log.exception("dispatch pass failed")
 
+    def queue_read(self, jobs: list[JobRecord]) -> None:
+        """The store's queue, just read: it replaces the core's (the fallback resync, and
+        recovery's read at start)."""
+        self._resync = False
+        self._records = {j.id: j for j in jobs[: self.config.max_queue_scan]}
+        self.act(self.core.resync([ticket_of(j) for j in self._records.values()], self.clock()))
+
     async def dispatch_once(self) -> None:
         if self._resync:
             self._resync = False
             jobs = await asyncio.to_thread(
                 self.store.list_jobs, states=[JobState.QUEUED], limit=self.config.max_queue_scan
             )
-            self._records = {j.id: j for j in jobs}
-            self.act(self.core.resync([ticket_of(j) for j in jobs], self.clock()))
+            self.queue_read(jobs)
         start = time.perf_counter()
         actions = self.core.dispatch(self.clock())
         self.dispatch_ms.append((time.perf_counter() - start) * 1000.0)
@@ -442,7 +450,11 @@ class Broker:
             # Start (recovery included) to the first dispatch pass: the restart's cost to
             # queued work, read by `firepool experiment faults` from the log.
             self.dispatching_after_start_s = time.perf_counter() - self._started
-            log.info("dispatching %.1f ms after start", self.dispatching_after_start_s * 1000)
+            log.info(
+                "dispatching %.1f ms after start (recovery %.1f ms)",
+                self.dispatching_after_start_s * 1000,
+                self.recovery_s * 1000,
+            )
 
     # ------------------------------------------------------------------ attempts
 

@@ -27,9 +27,15 @@ async def recover(broker: Broker) -> None:
     from firepool.service.broker import ticket_of
 
     records = {r.name: r for r in await broker.backend.list_pods()}
-    stored = await asyncio.to_thread(
-        broker.store.list_jobs, states=[JobState.RUNNING], limit=100_000
+    # One read for both: the queue is handed to the dispatcher, whose first pass then runs
+    # without a read of its own (restart to dispatching is on every queued job's path).
+    both = await asyncio.to_thread(
+        broker.store.list_jobs,
+        states=[JobState.RUNNING, JobState.QUEUED],
+        limit=100_000 + broker.config.max_queue_scan,
     )
+    stored = [j for j in both if j.state is JobState.RUNNING]
+    broker.queue_read([j for j in both if j.state is JobState.QUEUED])
     jobs = [
         RunningJob(
             ticket_of(job),
@@ -51,8 +57,8 @@ async def recover(broker: Broker) -> None:
     ]
     plan = plan_recovery(listed, jobs, broker.specs)
     count = broker.telemetry.recovery.labels
-    for name in plan.delete:
-        await broker.backend.delete(name)
+    for name in plan.delete:  # off the critical path: no job waits for these
+        broker.pods.spawn(broker.backend.delete(name))
         count("pod_deleted").inc()
     for snap in plan.restore:
         try:
@@ -65,9 +71,10 @@ async def recover(broker: Broker) -> None:
         broker.pods.records[snap.name] = records[snap.name]
         count("pod_restored").inc()
     by_id = {job.id: job for job in stored}
-    for job in plan.probe:
+    # Every job's agents probed at once: recovery takes one round trip, not one per job.
+    answers = await asyncio.gather(*(_probe_ranks(broker, job) for job in plan.probe))
+    for job, statuses in zip(plan.probe, answers, strict=True):
         record = by_id[job.ticket.job]
-        statuses = await _probe_ranks(broker, job)
         if statuses is None:
             count("attempt_lost").inc()
             broker.act(broker.core.recovery_lost(job.ticket, broker.clock()))

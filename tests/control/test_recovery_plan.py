@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from firepool.control import pod_annotations
-from firepool.control.actions import DeletePod, RecordVerdict
+from firepool.control.actions import DeletePod, Dispatch, RecordVerdict, StartAttempt
 from firepool.control.admission import CreateOrder
 from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore
@@ -169,3 +169,19 @@ def test_a_lost_attempt_is_judged_like_any_lost_pod_and_respects_max_retries() -
     retry = running_job("k", retries=0, max_retries=2)
     (record,) = core.recovery_lost(retry.ticket, 10.0)
     assert isinstance(record, RecordVerdict) and record.verdict.state is JobState.QUEUED
+
+
+def test_standbys_are_not_promoted_until_the_sweep_has_verified_their_gpu() -> None:
+    """After a restart the per-GPU gate fails closed (the broker paper's appendix A.4): a
+    restored standby serves a job only once a sweep found its card exclusive to its group."""
+    core = BrokerCore([GPU], BudgetLedger(), new_name=lambda pool: "x", config=None)
+    core.restore_pod(PodSnapshot("a", "gpu", PodState.RUNNING, 1.0, group="a", owner="alice",
+                                 job="j", used=True))  # fmt: skip
+    core.restore_pod(PodSnapshot("sb", "gpu", PodState.IDLE, 1.0, role=PodRole.STANDBY,
+                                 group="a"))  # fmt: skip
+    ticket = Ticket("k", "bob", JobSpec(pool="gpu", command=["x"]), 5.0)
+    core.submit(ticket, 5.0)
+    assert not [a for a in core.dispatch(6.0) if isinstance(a, StartAttempt)]
+    assert core.exclusivity_verified(["a"], 7.0) == [Dispatch()]
+    (start,) = [a for a in core.dispatch(8.0) if isinstance(a, StartAttempt)]
+    assert [p.name for p in start.lease.pods] == ["sb"]

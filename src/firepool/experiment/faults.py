@@ -78,6 +78,7 @@ class FaultCampaign:
     stream_work_s: tuple[float, float] = (0.2, 1.0)
     loop_scale: float = 0.5  # the demo loops' bodies and pauses, scaled
     gap_s: tuple[float, float] = (2.0, 6.0)  # between faults of one phase (uniform)
+    baseline_s: float = 15.0  # load without faults first
     outage_s: float = 4.0  # how long the store stays unavailable
     #: The broker and agent silence bound: the pool's keep-alive (30 s is the floor).
     idle_timeout_s: float = 30.0
@@ -254,7 +255,7 @@ class Campaign:
                         out[pod["name"]] = (caller, float(pod["hold_until"]))
         return out
 
-    async def kept(self, before: dict[str, tuple[str, float]]) -> int:
+    async def kept(self, before: dict[str, tuple[str, float]], result: KindResult) -> int:
         """Holds of `before` present with the same expiry, or claimed by their owner."""
         kept = 0
         by_owner: dict[str, dict[str, Any]] = {}
@@ -264,11 +265,16 @@ class Campaign:
             by_owner[caller] = {p["name"]: p for p in pods}
         for name, (owner, until) in before.items():
             pod = by_owner[owner].get(name)
-            if pod is None or pod["owner"] != owner:
-                continue
-            held = pod["state"] == "held" and pod["hold_until"] == until
-            if held or pod["state"] == "running":  # kept, or claimed by its owner since
+            # Kept: held with its expiry, or claimed by its owner since (running, or held
+            # again with a later expiry after the owner's next job).
+            if pod is not None and pod["owner"] == owner and (
+                pod["state"] == "running"
+                or (pod["state"] == "held" and float(pod["hold_until"] or 0) >= until)
+            ):
                 kept += 1
+            else:
+                state = "gone" if pod is None else f"{pod['state']} of {pod['owner']}"
+                result.notes.append(f"hold of {owner} on {name} (until {until}) lost: {state}")
         return kept
 
     async def broker_kill(self, result: KindResult) -> None:
@@ -290,7 +296,7 @@ class Campaign:
         else:
             result.notes.append("a restart logged no first dispatch")
         result.holds_before += len(before)
-        result.holds_kept += await self.kept(before)
+        result.holds_kept += await self.kept(before, result)
 
     async def store_outage(self, result: KindResult) -> None:
         await asyncio.to_thread(self.outage, self.exp.outage_s)
@@ -379,7 +385,7 @@ class Campaign:
                 asyncio.create_task(self.loop("agent-1", w_agent)),
                 asyncio.create_task(self.loop("trainer", w_rl)),
             ]
-            await asyncio.sleep(15)  # the baseline: load without faults
+            await asyncio.sleep(exp.baseline_s)
             for kind, count in (("broker", exp.kills), ("store", exp.store_restarts),
                                 ("partition", exp.partitions), ("agent", exp.agent_kills)):
                 if count:

@@ -173,22 +173,32 @@ class Broker:
 
     async def start(self, base_url: str) -> None:
         """Recover, reconcile once, then run the loops. `base_url` is where agents reach us."""
-        from firepool.service.recovery import recover
+        from firepool.service.recovery import recover, sweep_exclusivity
 
         self._loop = asyncio.get_running_loop()
         self.base_url = base_url
         self._started = time.perf_counter()
         await recover(self)
         self.recovery_s = time.perf_counter() - self._started
+        # Restart to dispatching: the first pass runs now, before the scaler's pod creates
+        # (each forks on this loop) and before the first tick; queued jobs are waiting.
+        try:
+            await self.dispatch_once()
+        except Exception:
+            log.exception("first dispatch pass failed")
         self.reconcile()
-        self._wake.set()  # the first pass runs now, not at the first tick: queued jobs wait
         self._loops = [
             asyncio.create_task(self._dispatch_loop(), name="dispatch"),
             asyncio.create_task(self._reconcile_loop(), name="reconcile"),
             asyncio.create_task(self._hold_loop(), name="holds"),
             asyncio.create_task(self._elastic_loop(), name="elastic"),
             asyncio.create_task(self._keepalive_loop(), name="keepalive"),
+            asyncio.create_task(sweep_exclusivity(self), name="exclusivity"),
         ]
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
 
     async def close(self, *, delete_pods: bool = False) -> None:
         """Graceful stop: loops end, running attempts are left to finish on their pods (a

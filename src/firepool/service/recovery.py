@@ -8,6 +8,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from firepool.backends.base import PodRecord
 from firepool.control.recovery import Binding, ListedPod, RunningJob, plan_recovery
 from firepool.model import FirepoolError, JobState, NotFoundError
 from firepool.protocol import AttemptStatus
@@ -124,3 +125,44 @@ async def _probe(broker: Broker, job: RunningJob, pod: str | None = None) -> Att
             if attempt + 1 < PROBE_TRIES:
                 await asyncio.sleep(PROBE_BACKOFF_S * (attempt + 1))
     return None
+
+
+#: How often the exclusivity sweep reads the cards again while some are unverified.
+SWEEP_RETRY_S = 5.0
+
+
+async def sweep_exclusivity(broker: Broker) -> None:
+    """After a restart, standbys are promoted only on GPUs a live sweep has verified: every
+    pod the backend has on the card belongs to the card's own group (one of ours, restored
+    into that group). A card whose devices the backend does not report, or that another pod
+    shares, stays closed; a failed read changes nothing. Repeats until every card is open."""
+    tracker = broker.tracker
+    while tracker.unverified and not broker.closing:
+        try:
+            records = await broker.backend.list_pods()
+        except Exception as exc:
+            log.warning("exclusivity sweep could not list pods: %r", exc)
+            records = None
+        if records is not None:
+            open_ = exclusive_groups(broker, records)
+            if open_:
+                broker.act(broker.core.exclusivity_verified(open_, broker.clock()))
+        if tracker.unverified:
+            await asyncio.sleep(SWEEP_RETRY_S)
+
+
+def exclusive_groups(broker: Broker, records: list[PodRecord]) -> list[str]:
+    members: dict[str, set[str]] = {}
+    for spec in broker.specs.values():
+        if spec.is_gpu:
+            for pod in broker.tracker.pool_pods(spec.name):
+                if pod.group in broker.tracker.unverified:
+                    members.setdefault(pod.group, set()).add(pod.name)
+    by_name = {r.name: r for r in records}
+    out: list[str] = []
+    for group, names in members.items():
+        cards = {d for n in names if n in by_name for d in by_name[n].devices}
+        users = {r.name for r in records if cards & set(r.devices)}
+        if cards and users <= names:
+            out.append(group)
+    return out

@@ -49,6 +49,7 @@ class ServeProcess:
     def start(self, timeout: float = 120.0) -> float:
         """Start and wait until the API answers; returns the seconds that took."""
         started = time.monotonic()
+        (self.data / "url").unlink(missing_ok=True)  # written once the token is
         store = ["--store", self.store_url] if self.store_url else []
         with open(self.log, "ab") as err:
             self.proc = subprocess.Popen(
@@ -63,7 +64,8 @@ class ServeProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"firepool serve exited: see {self.log}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                up = httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+                if up and (self.data / "url").exists():
                     return time.monotonic() - started
             except httpx.TransportError:
                 pass

@@ -84,7 +84,7 @@ class FaultCampaign:
     idle_timeout_s: float = 30.0
     pool_max: int = 10
     max_retries: int = 3
-    drain_s: float = 240.0  # after the last fault, for every job to end
+    drain_s: float = 120.0  # after the last fault, for every job to end
     isolation: str = "auto"
 
     @property
@@ -236,7 +236,7 @@ class Campaign:
                                           r.tag) for r in command.jobs)
                         )  # fmt: skip
                         await asyncio.gather(
-                            *(self.wait_terminal(http, s.id, 600) for s in subs if s)
+                            *(self.wait_terminal(http, s.id, self.exp.drain_s) for s in subs if s)
                         )
                     try:
                         command = program.send(None)
@@ -392,6 +392,11 @@ class Campaign:
                     await self.phase_run(kind, count)
             self.phase = "drain"
             self.stop_load.set()
+            # The loops end after their current step; one waiting on a job the broker never
+            # ends is stopped here (that job is judged below like every other).
+            _, late = await asyncio.wait(load, timeout=self.exp.drain_s)
+            for task in late:
+                task.cancel()
             await asyncio.gather(*load, return_exceptions=True)
             await self.judge()
         finally:

@@ -185,3 +185,15 @@ def test_standbys_are_not_promoted_until_the_sweep_has_verified_their_gpu() -> N
     assert core.exclusivity_verified(["a"], 7.0) == [Dispatch()]
     (start,) = [a for a in core.dispatch(8.0) if isinstance(a, StartAttempt)]
     assert [p.name for p in start.lease.pods] == ["sb"]
+
+
+def test_scale_down_clocks_are_rebuilt_from_pod_creation_times() -> None:
+    """A restored idle pod is as idle as it is old: one created past the keep-alive retires
+    on the first pass, a young one stays for the rest of its keep-alive."""
+    core = BrokerCore([CPU], BudgetLedger(), new_name=lambda pool: "x", config=None)
+    for name, created in (("old", 0.0), ("young", 950.0)):
+        core.restore_pod(PodSnapshot(name, "cpu", PodState.IDLE, created))
+    retired = {a.pod for a in core.reconcile("cpu", 1000.0) if isinstance(a, DeletePod)}
+    assert retired == {"old"}
+    later = {a.pod for a in core.reconcile("cpu", 1051.0) if isinstance(a, DeletePod)}
+    assert later == {"young"}

@@ -481,6 +481,9 @@ class Agent:
                 if cur.exit is not None and await_logs_s > 0:
                     cur.logs_acked.wait(await_logs_s)
                 unacked = self._unacked(cur)
+            # Only an attempt that had ended on its own is answered for after the reset (the
+            # broker's resets follow the exit); one the reset itself killed is forgotten.
+            ended_before = cur is not None and cur.exit is not None
             if cur is not None and cur.timer is not None:
                 cur.timer.cancel()
             if cur is not None and cur.exit is None:
@@ -521,7 +524,7 @@ class Agent:
             with self._lock:
                 if result.clean:
                     self.dirty = False
-                    if cur is not None and cur.exit is not None:
+                    if cur is not None and ended_before:
                         self._remember_reset(cur)
                     self.current = None
                 else:

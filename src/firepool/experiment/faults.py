@@ -265,10 +265,10 @@ class Campaign:
             by_owner[caller] = {p["name"]: p for p in pods}
         for name, (owner, until) in before.items():
             pod = by_owner[owner].get(name)
-            # Kept: held with its expiry, or claimed by its owner since (running, or held
-            # again with a later expiry after the owner's next job).
+            # Kept: held with its expiry, or claimed by its owner since (assigned, running,
+            # or held again with a later expiry after the owner's next job).
             if pod is not None and pod["owner"] == owner and (
-                pod["state"] == "running"
+                pod["state"] in ("assigned", "running")
                 or (pod["state"] == "held" and float(pod["hold_until"] or 0) >= until)
             ):
                 kept += 1

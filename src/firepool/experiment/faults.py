@@ -390,8 +390,7 @@ class Campaign:
                                 ("partition", exp.partitions), ("agent", exp.agent_kills)):
                 if count:
                     await self.phase_run(kind, count)
-            self.phase = "drain"
-            self.stop_load.set()
+            self.stop_load.set()  # jobs submitted from here on count with the last phase
             # The loops end after their current step; one waiting on a job the broker never
             # ends is stopped here (that job is judged below like every other).
             _, late = await asyncio.wait(load, timeout=self.exp.drain_s)
@@ -435,7 +434,7 @@ class Campaign:
         return ""
 
     def _count(self, job: Submitted, final: Any, log: str) -> None:
-        result = self.results.get(job.kind) or self.results["agent"]
+        result = self.results[job.kind]
         result.jobs += 1
         if self.evidence.ran_twice(job.id):
             result.run_twice += 1

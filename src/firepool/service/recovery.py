@@ -22,6 +22,9 @@ log = logging.getLogger("firepool.service.recovery")
 #: Probes of a silent agent before its attempt counts as lost.
 PROBE_TRIES = 3
 PROBE_BACKOFF_S = 0.2
+#: Each probe's own limit: dispatching waits for recovery, and a silent rank of a pool whose
+#: agents fence is re-attached anyway (the runner keeps asking it).
+PROBE_TIMEOUT_S = 2.0
 
 
 async def recover(broker: Broker) -> None:
@@ -88,8 +91,8 @@ async def recover(broker: Broker) -> None:
         for name in (b.pod for b in job.bindings):
             running.exits[name] = loop.create_future()
         for binding, status in zip(job.bindings, statuses, strict=True):
-            if status.exit is not None:  # it finished during the outage: the agent kept it
-                running.exits[binding.pod].set_result(status.exit)
+            if status is not None and status.exit is not None:  # it finished during the
+                running.exits[binding.pod].set_result(status.exit)  # outage: the agent kept it
         broker.running[job.ticket.job] = running
         broker.pods.spawn(broker.reattach(running))
         count("attempt_reattached").inc()
@@ -100,31 +103,43 @@ async def recover(broker: Broker) -> None:
         log.info("recovered %d pods and %d running jobs", len(plan.restore), len(stored))
 
 
-async def _probe_ranks(broker: Broker, job: RunningJob) -> list[AttemptStatus] | None:
+async def _probe_ranks(
+    broker: Broker, job: RunningJob
+) -> list[AttemptStatus | None] | None:
     """Every rank's agent's word on the attempt, in rank order, probed together; None when
-    one of them does not know the attempt or stays silent: the attempt cannot be confirmed
-    whole, so it is lost (its pods are released unclean and deleted, which ends whatever
-    still runs of it) and retried under a new attempt id within `max_retries`."""
+    one of them does not know the attempt (or stays silent where agents never fence
+    themselves): the attempt cannot be confirmed whole, so it is lost (its pods are released
+    unclean and deleted, which ends whatever still runs of it) and retried under a new attempt
+    id within `max_retries`. A silent rank of a pool whose agents fence is None in the list:
+    the attempt is re-attached and the runner declares the pod lost only once its agent has
+    had time to fence (a partitioned agent's attempt is never run twice at once)."""
     answers = await asyncio.gather(*(_probe(broker, job, b.pod) for b in job.bindings))
-    if any(a is None for a in answers):
+    if any(a is _UNKNOWN for a in answers):
         return None
-    return [a for a in answers if a is not None]
+    if any(a is _SILENT for a in answers) and broker.silence_s(job.ticket.spec.pool) is None:
+        return None
+    return [a if isinstance(a, AttemptStatus) else None for a in answers]
 
 
-async def _probe(broker: Broker, job: RunningJob, pod: str | None = None) -> AttemptStatus | None:
-    """One rank's (default: rank 0's) agent's word on the attempt, retried with backoff while
-    the agent does not answer; None when it does not know the attempt (never launched) or
-    stays silent."""
-    pod = pod or job.bindings[0].pod
+_UNKNOWN = object()  # the agent answered: it does not know the attempt
+_SILENT = object()  # the agent did not answer
+
+
+async def _probe(broker: Broker, job: RunningJob, pod: str) -> object:
+    """One rank's agent's word on the attempt (an `AttemptStatus`), retried with backoff
+    while the agent does not answer; `_UNKNOWN` when it does not know the attempt (never
+    launched), `_SILENT` when it never answers."""
     for attempt in range(PROBE_TRIES):
         try:
-            return await broker.pods.agent(pod).status(job.ticket.attempt)
+            return await asyncio.wait_for(
+                broker.pods.agent(pod).status(job.ticket.attempt), PROBE_TIMEOUT_S
+            )
         except NotFoundError:
-            return None
-        except (FirepoolError, OSError):
+            return _UNKNOWN
+        except (FirepoolError, OSError, TimeoutError):
             if attempt + 1 < PROBE_TRIES:
                 await asyncio.sleep(PROBE_BACKOFF_S * (attempt + 1))
-    return None
+    return _SILENT
 
 
 #: How often the exclusivity sweep reads the cards again while some are unverified.

@@ -115,6 +115,7 @@ class KindResult:
     retried: int = 0
     holds_before: int = 0
     holds_kept: int = 0
+    holds_broken: int = 0  # broken by the scaler's rule after the restart (not counted)
     restart_to_dispatch_ms: list[float] = field(default_factory=list)
     kill_to_api_s: list[float] = field(default_factory=list)
     longest_delay_s: float = 0.0
@@ -263,8 +264,16 @@ class Campaign:
             async with self.client(caller, timeout=10) as http:
                 pods = (await http.get("/v1/pods")).json()["pods"]
             by_owner[caller] = {p["name"]: p for p in pods}
+        checked = time.time()
+        retiring: list[str] = []
         for name, (owner, until) in before.items():
             pod = by_owner[owner].get(name)
+            if until <= checked:  # it expired on its own while the broker restarted
+                result.holds_before -= 1
+                continue
+            if pod is not None and pod["owner"] == owner and pod["state"] == "retiring":
+                retiring.append(name)
+                continue
             # Kept: held with its expiry, or claimed by its owner since (assigned, running,
             # or held again with a later expiry after the owner's next job).
             if pod is not None and pod["owner"] == owner and (
@@ -275,6 +284,23 @@ class Campaign:
             else:
                 state = "gone" if pod is None else f"{pod['state']} of {pod['owner']}"
                 result.notes.append(f"hold of {owner} on {name} (until {until}) lost: {state}")
+        if retiring:
+            # A hold the restarted broker retired is kept only if its scaler broke it by the
+            # paper's rule (a queued job blocked at the ceiling, the pod past its tenure):
+            # the new process's own count of such breaks says so.
+            await asyncio.sleep(3.0)
+            async with self.client("local", timeout=10) as http:
+                metrics = (await http.get("/metrics")).text
+            broken = sum(
+                float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                if line.startswith("firepool_pod_actions_total")
+                and 'action="delete"' in line and 'reason="hold_broken"' in line
+            )  # fmt: skip
+            policy = min(int(broken), len(retiring))
+            result.holds_broken += policy
+            result.holds_before -= policy
+            for name in retiring[policy:]:
+                result.notes.append(f"hold on {name} retired after the restart")
         return kept
 
     async def broker_kill(self, result: KindResult) -> None:
@@ -478,6 +504,7 @@ def summary(results: dict[str, KindResult], exp: FaultCampaign, wall_s: float) -
         "retried": sum(r.retried for r in rows),
         "holds_before": holds_before,
         "holds_kept": sum(r.holds_kept for r in rows),
+        "holds_broken_by_policy": sum(r.holds_broken for r in rows),
         "holds_restored_pct": (
             100.0 * sum(r.holds_kept for r in rows) / holds_before if holds_before else None
         ),

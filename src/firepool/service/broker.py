@@ -79,6 +79,10 @@ class BrokerConfig:
     max_gpus_per_caller: int | None = None
 
 
+#: The longest an ended attempt's pods wait for its verdict to be written before deletion.
+VERDICT_WAIT_S = 60.0
+
+
 def ticket_of(job: JobRecord) -> Ticket:
     """The core's view of a stored job."""
     submitted = job.timings.get("submitted") or 0.0
@@ -147,6 +151,8 @@ class Broker:
         # write (saves a store read per job; a cancel that bumped the version in between
         # makes the write lose its race, and `AttemptRunner.record` then re-reads).
         self._ended: dict[str, JobRecord] = {}
+        # Each job's verdict write in flight: its ended attempt's pods wait for it.
+        self._recording: dict[str, asyncio.Task[None]] = {}
         self._resync = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
@@ -235,7 +241,10 @@ class Broker:
                 self.telemetry.scaler.labels(action.order.pool, "create", action.order.role).inc()
                 self.pods.spawn(self._create(action))
             elif isinstance(action, RecordVerdict):
-                self.pods.spawn(self._record(action, self._ended.get(action.ticket.job)))
+                job_id = action.ticket.job
+                task = self.pods.spawn(self._record(action, self._ended.get(job_id)))
+                self._recording[job_id] = task
+                task.add_done_callback(functools.partial(self._recorded, job_id))
             elif isinstance(action, StopAttempt):
                 self._stop(action)
             elif isinstance(action, FailQueued):
@@ -522,9 +531,28 @@ class Broker:
         running.ticket = ticket_of(running.job)
         self._ended[job_id] = running.job
         try:
-            self.act(self.core.attempt_over(job_id, end, unclean, self.clock()))
+            actions = self.core.attempt_over(job_id, end, unclean, self.clock())
+            # The attempt's pods go only once its verdict is durable: a pod deleted first
+            # takes its agent's memory of the exit with it, and a broker killed in between
+            # would find the job RUNNING with its pods gone and run it again.
+            mine = {p.name for p in running.lease.pods}
+            later = [a for a in actions if isinstance(a, DeletePod) and a.pod in mine]
+            self.act([a for a in actions if a not in later])
+            if later:
+                self.pods.spawn(self._delete_after_verdict(job_id, later))
         finally:
             self._ended.pop(job_id, None)
+
+    def _recorded(self, job_id: str, task: asyncio.Task[None]) -> None:
+        if self._recording.get(job_id) is task:
+            del self._recording[job_id]
+
+    async def _delete_after_verdict(self, job_id: str, deletes: list[DeletePod]) -> None:
+        recording = self._recording.get(job_id)
+        if recording is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(recording), VERDICT_WAIT_S)
+        self.act(deletes)
 
     async def _mark_pods(self, running: Running) -> None:
         """Step 4, best effort and off the critical path: ownership annotations."""

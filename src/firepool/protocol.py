@@ -307,6 +307,19 @@ class Health(StrictModel):
 # --------------------------------------------------------------------------- agent config
 
 
+def silence_tick_s(broker_silence_s: float) -> float:
+    """How often an agent checks its broker's silence (and its own stops)."""
+    return min(max(broker_silence_s / 4, 0.05), 5.0)
+
+
+def fenced_within_s(broker_silence_s: float) -> float:
+    """The latest an agent has fenced its attempt after its last word from the broker: the
+    bound plus one check. A broker declares a silent pod lost no sooner than this after its
+    own last answer from the agent, so a partitioned agent fences before its attempt is run
+    elsewhere; both windows come from the one setting."""
+    return broker_silence_s + silence_tick_s(broker_silence_s) + 1.0
+
+
 class AgentConfig(StrictModel):
     """Written by the backend to a 0600 file; the agent reads it at start. It never travels on
     the command line, so the secret does not show up in `ps`."""
@@ -339,7 +352,8 @@ class AgentConfig(StrictModel):
     #: process, then itself): a broker that will not come back leaves nothing running. None:
     #: never (the pod outlives any silence).
     broker_silence_s: Annotated[float, Field(gt=0)] | None = None
-    #: Test hook: inject faults by name (`verify` makes every reset report unclean).
+    #: Test hook: inject faults by name (`verify` makes every reset report unclean,
+    #: `die-in-reset` kills the agent mid-reset, `die-at-start` before it serves).
     faults: tuple[str, ...] = ()
     extra_env: dict[str, str] = Field(default_factory=dict)
     #: The unprivileged uid/gid every job of this pod runs as (None: the agent's own).

@@ -94,15 +94,26 @@ def test_bad_acknowledgements_and_waits_are_refused_naming_the_field(
     pod: Pod, path: str, body: dict[str, object], field: str
 ) -> None:
     if not pod.loop.run(pod.client.health()).dirty:
-        pod.loop.run(run_job(pod.client, "kept-5:0", ["true"]))
+        pod.loop.run(run_job(pod.client, "kept-50:0", ["true"]))
     status, answer = pod.raw("POST", path, json.dumps(body).encode())
     assert status in (404, 422) and answer["field"] == field, answer
 
 
 def test_the_pod_is_clean_after_all_that(pod: Pod) -> None:
     assert pod.loop.run(pod.client.reset()).clean
-    pod.loop.run(run_job(pod.client, "kept-6:0", ["true"]))
+    pod.loop.run(run_job(pod.client, "kept-60:0", ["true"]))
     assert pod.loop.run(pod.client.reset()).clean
 
 
 _ = Loop  # the module's loop comes with backend_at
+
+
+def test_an_ended_attempt_is_still_known_after_its_reset(pod: Pod) -> None:
+    """A broker killed after the reset but before the verdict was durable asks at recovery:
+    the agent answers with the exit, so the attempt is judged, not run again."""
+    pod.loop.run(run_job(pod.client, "kept-70:0", py("raise SystemExit(7)")))
+    assert pod.loop.run(pod.client.reset()).clean
+    status = pod.loop.run(pod.client.status("kept-70:0"))
+    assert status.exit is not None and status.exit.exit_code == 7
+    with pytest.raises(NotFoundError):
+        pod.loop.run(pod.client.status("kept-80:0"))  # never launched here

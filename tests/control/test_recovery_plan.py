@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from firepool.control import pod_annotations
-from firepool.control.actions import DeletePod, RecordVerdict
+from firepool.control.actions import DeletePod, Dispatch, RecordVerdict, StartAttempt
 from firepool.control.admission import CreateOrder
 from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore
@@ -131,13 +131,29 @@ def test_standbys_follow_their_active_pod_or_go() -> None:
     assert plan.delete == ["lonely"]
 
 
-def test_a_job_whose_pods_are_gone_or_not_all_busy_with_it_is_lost() -> None:
+def test_a_job_whose_pods_are_gone_is_lost() -> None:
+    pods = [listed("p1", state="running", job="j", owner="alice", used="1")]
+    plan = plan_recovery(pods, [running_job("j", "p1", "gone"), running_job("k", "vanished")],
+                         SPECS)  # fmt: skip
+    assert sorted(j.ticket.job for j in plan.lost) == ["j", "k"] and plan.probe == []
+    assert [s.state for s in plan.restore] == [PodState.RUNNING]  # released unclean, later
+
+
+def test_a_pod_whose_annotations_lag_its_job_is_restored_busy_with_it() -> None:
+    """The broker died after the job's durable commit (or its release) and before the pods'
+    annotations said so: the store's bindings win. Each pod is probed with the job, never
+    handed to another job while the attempt may still run (or have ended) there."""
     pods = [
         listed("p1", state="running", job="j", owner="alice", used="1"),
         listed("p2", state="idle"),
+        listed("p3", state="held", owner="alice", used="1", hold_until="99.0"),
     ]
-    plan = plan_recovery(pods, [running_job("j", "p1", "p2"), running_job("k", "vanished")], SPECS)
-    assert sorted(j.ticket.job for j in plan.lost) == ["j", "k"] and plan.probe == []
+    plan = plan_recovery(pods, [running_job("j", "p1", "p2", "p3")], SPECS)
+    assert [j.ticket.job for j in plan.probe] == ["j"] and plan.lost == []
+    assert {(s.name, s.state, s.job, s.owner) for s in plan.restore} == {
+        (name, PodState.RUNNING, "j", "alice") for name in ("p1", "p2", "p3")
+    }
+    assert all(s.hold_until == 0.0 for s in plan.restore)
 
 
 def test_a_lost_attempt_is_judged_like_any_lost_pod_and_respects_max_retries() -> None:
@@ -153,3 +169,31 @@ def test_a_lost_attempt_is_judged_like_any_lost_pod_and_respects_max_retries() -
     retry = running_job("k", retries=0, max_retries=2)
     (record,) = core.recovery_lost(retry.ticket, 10.0)
     assert isinstance(record, RecordVerdict) and record.verdict.state is JobState.QUEUED
+
+
+def test_standbys_are_not_promoted_until_the_sweep_has_verified_their_gpu() -> None:
+    """After a restart the per-GPU gate fails closed (the broker paper's appendix A.4): a
+    restored standby serves a job only once a sweep found its card exclusive to its group."""
+    core = BrokerCore([GPU], BudgetLedger(), new_name=lambda pool: "x", config=None)
+    core.restore_pod(PodSnapshot("a", "gpu", PodState.RUNNING, 1.0, group="a", owner="alice",
+                                 job="j", used=True))  # fmt: skip
+    core.restore_pod(PodSnapshot("sb", "gpu", PodState.IDLE, 1.0, role=PodRole.STANDBY,
+                                 group="a"))  # fmt: skip
+    ticket = Ticket("k", "bob", JobSpec(pool="gpu", command=["x"]), 5.0)
+    core.submit(ticket, 5.0)
+    assert not [a for a in core.dispatch(6.0) if isinstance(a, StartAttempt)]
+    assert core.exclusivity_verified(["a"], 7.0) == [Dispatch()]
+    (start,) = [a for a in core.dispatch(8.0) if isinstance(a, StartAttempt)]
+    assert [p.name for p in start.lease.pods] == ["sb"]
+
+
+def test_scale_down_clocks_are_rebuilt_from_pod_creation_times() -> None:
+    """A restored idle pod is as idle as it is old: one created past the keep-alive retires
+    on the first pass, a young one stays for the rest of its keep-alive."""
+    core = BrokerCore([CPU], BudgetLedger(), new_name=lambda pool: "x", config=None)
+    for name, created in (("old", 0.0), ("young", 950.0)):
+        core.restore_pod(PodSnapshot(name, "cpu", PodState.IDLE, created))
+    retired = {a.pod for a in core.reconcile("cpu", 1000.0) if isinstance(a, DeletePod)}
+    assert retired == {"old"}
+    later = {a.pod for a in core.reconcile("cpu", 1051.0) if isinstance(a, DeletePod)}
+    assert later == {"young"}

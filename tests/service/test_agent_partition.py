@@ -8,10 +8,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -88,3 +90,82 @@ def test_a_partitioned_agent_loses_its_attempt_and_the_old_attempt_never_comes_b
             with contextlib.suppress(ProcessLookupError):
                 os.kill(stopped, signal.SIGCONT)
         home.shutdown()
+
+
+PARTITION_POOL = """
+[[pools]]
+name = "cpu"
+min_count = 1
+max_count = 2
+idle_timeout = 30.0
+"""
+
+
+def test_a_partitioned_agent_found_at_recovery_is_not_run_twice(tmp_path: Path) -> None:
+    """The broker restarts while a running attempt's agent is SIGSTOPped. Recovery cannot
+    reach it; the attempt is re-attached rather than retried at once, and declared lost only
+    after the agent's fence window, so the retry never runs beside a live first attempt."""
+    from test_crash_recovery import _CLEANUP, client, start_server, wait_state
+
+    from firepool.experiment.fault_targets import agent_pid
+
+    data = tmp_path / "data"
+    data.mkdir()
+    catalog = tmp_path / "pools.toml"
+    catalog.write_text(PARTITION_POOL)
+    runs: dict[str, int] = {}
+    seen = threading.Condition()
+
+    class Home(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            q = parse_qs(urlsplit(self.path).query)
+            with seen:
+                runs[q["attempt"][0]] = int(q["pid"][0])
+                seen.notify_all()
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    home = ThreadingHTTPServer(("127.0.0.1", 0), Home)
+    threading.Thread(target=home.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{home.server_address[1]}"
+    server = start_server(data, catalog)
+    stopped = None
+    try:
+        with client(data) as c:
+            job_id = c.post("/v1/jobs", json={"pool": "cpu", "max_retries": 1,
+                                              "command": [sys.executable, "-c", JOB, url]}
+                            ).json()["id"]  # fmt: skip
+            with seen:
+                assert seen.wait_for(lambda: len(runs) == 1, 60)
+            pod = c.get(f"/v1/jobs/{job_id}").json()["pods"][0]["name"]
+        stopped = agent_pid(data, pod)
+        assert stopped is not None
+        os.kill(stopped, signal.SIGSTOP)
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+        restarted = time.monotonic()
+        server = start_server(data, catalog)
+        with client(data) as c:
+            job = c.get(f"/v1/jobs/{job_id}").json()
+            assert (job["state"], job["attempt"]) == ("RUNNING", f"{job_id}:0")  # not retried
+            done = wait_state(c, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=180)
+            assert (done["state"], done["retries"]) == ("SUCCEEDED", 1), done
+            assert time.monotonic() - restarted >= 30  # the agent's fence came first
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stopped, signal.SIGCONT)
+        deadline = time.monotonic() + 60
+        while procfs.alive(runs[f"{job_id}:0"]):
+            assert time.monotonic() < deadline, "the first attempt still runs"
+            time.sleep(0.05)
+        assert sorted(runs) == [f"{job_id}:0", f"{job_id}:1"]  # each attempt launched once
+    finally:
+        if stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped, signal.SIGCONT)
+        home.shutdown()
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+        subprocess.run([sys.executable, "-c", _CLEANUP, str(data)], check=False, timeout=60)

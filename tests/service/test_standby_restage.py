@@ -137,3 +137,30 @@ def handover(broker: BrokerThread) -> str:
     assert [p["acquisition"] for p in done["pods"]] == ["standby"]
     name: str = finished["pods"][0]["name"]
     return name
+
+
+def test_after_a_restart_standbys_wait_for_the_exclusivity_sweep(tmp_path: Path) -> None:
+    """The pods outlive the broker; the restarted broker restores the card's group closed to
+    promotions, and its sweep opens it once every pod on the card is the group's own."""
+    config = BrokerConfig(dispatch_tick_s=60.0, reconcile_s=2.0, hold_tick_s=60.0,
+                          exit_poll_s=0.5)
+    options = {"catalog": Catalog((GPU,), {"fake": 1}), "config": config,
+               "fake_devices": ["GPU-0000"], "delete_pods_on_exit": False}
+    with running_broker(tmp_path / "b", **options) as first:  # type: ignore[arg-type]
+
+        def annotated_idle() -> bool:  # what a restarted broker trusts
+            records = first.run(first.embedded.backend.list_pods())
+            return len(records) == 2 and all(
+                r.annotations.get("state") == "idle" for r in records
+            )
+
+        wait_until("active and standby ready", annotated_idle)
+        names = {name for name, *_ in pods(first)}
+    with running_broker(tmp_path / "b", **options) as again:  # type: ignore[arg-type]
+        core = again.embedded.broker.core
+        assert {name for name, *_ in pods(again)} == names  # both restored
+        wait_until("the sweep verified the card",
+                   lambda: not again.call(lambda: set(core.tracker.unverified)))
+        options["delete_pods_on_exit"] = True
+    with running_broker(tmp_path / "b", **options):  # type: ignore[arg-type]
+        pass  # deletes the pods

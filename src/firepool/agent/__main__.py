@@ -56,6 +56,8 @@ def main(argv: list[str]) -> int:
         Path(raw["pod_dir"]).mkdir(parents=True, exist_ok=True)
     else:
         raw = json.loads(Path(args.config).read_text())
+    if "die-at-start" in raw.get("faults", ()):  # test hook: a pod that never becomes ready
+        sys.exit(3)
     set_subreaper()
     # The warm interpreter starts now and imports its modules while we import pydantic: the
     # two start-ups overlap. Mounts made below are still seen by it (same mount namespace).

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -262,6 +263,8 @@ def verified_reset(ctx: ResetContext) -> ResetResult:
         t = lap("objects", t)
     if "verify" in ctx.faults:
         problems.append("injected verification failure (test hook)")
+    if "die-in-reset" in ctx.faults:  # test hook: the agent dies before it can answer
+        os.kill(ctx.agent_pid, signal.SIGKILL)
     return ResetResult(
         clean=not problems,
         reason="; ".join(problems) or None,

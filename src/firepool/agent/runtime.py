@@ -54,12 +54,16 @@ from firepool.protocol import (
     RayEnv,
     ResetResult,
     StopReason,
+    silence_tick_s,
 )
 
 log = logging.getLogger("firepool.agent")
 
 #: How long an exit waits for the attempt's output copiers to reach the end of its streams.
 _OUTPUT_DRAIN_S = 2.0
+#: Attempts whose exits an agent still answers for after their reset.
+REMEMBERED_RESETS = 8
+
 #: The environment variable that marks every process of this pod (see reset.py).
 MARKER_VAR = "FIREPOOL_POD_MARKER"
 OOM_RSS_FRACTION = 0.9
@@ -147,6 +151,7 @@ class Agent:
         self._lock = threading.RLock()  # guards the fields below
         self._op = threading.Lock()  # serialises launch / reset
         self.current: Attempt | None = None
+        self.reset_attempts: dict[str, AttemptStatus] = {}  # see `_remember_reset`
         self.seen: dict[str, int] = {}
         self.dirty = False
         self.unclean_reason: str | None = None
@@ -455,6 +460,10 @@ class Agent:
         return self._attempt(attempt_id).exited.wait(timeout)
 
     def status(self, attempt_id: str) -> AttemptStatus:
+        with self._lock:
+            remembered = self.reset_attempts.get(attempt_id)
+        if remembered is not None:
+            return remembered
         cur = self._attempt(attempt_id)
         with self._lock:
             return AttemptStatus(
@@ -508,6 +517,9 @@ class Agent:
                 if cur.exit is not None and await_logs_s > 0:
                     cur.logs_acked.wait(await_logs_s)
                 unacked = self._unacked(cur)
+            # Only an attempt that had ended on its own is answered for after the reset (the
+            # broker's resets follow the exit); one the reset itself killed is forgotten.
+            ended_before = cur is not None and cur.exit is not None
             if cur is not None and cur.timer is not None:
                 cur.timer.cancel()
             if cur is not None and cur.exit is None:
@@ -549,6 +561,8 @@ class Agent:
             with self._lock:
                 if result.clean:
                     self.dirty = False
+                    if cur is not None and ended_before:
+                        self._remember_reset(cur)
                     self.current = None
                 else:
                     self.unclean_reason = result.reason
@@ -557,6 +571,22 @@ class Agent:
             if not result.clean:
                 log.warning("reset unclean after %.2f ms: %s", result.duration_ms, result.reason)
             return result
+
+    def _remember_reset(self, cur: Attempt) -> None:
+        """Keep an attempt's exit past its reset (the last few, under the lock): a broker
+        killed after the reset but before its verdict was durable asks at recovery, and an
+        attempt that ended must be judged by its exit, not run again as one never launched."""
+        assert cur.exit is not None
+        self.reset_attempts[cur.request.attempt] = AttemptStatus(
+            attempt=cur.request.attempt,
+            phase=AttemptPhase.EXITED,
+            pid=cur.pid,
+            mode=cur.mode,
+            started_at=cur.started_at,
+            exit=cur.exit,
+        )
+        while len(self.reset_attempts) > REMEMBERED_RESETS:
+            self.reset_attempts.pop(next(iter(self.reset_attempts)))
 
     # ------------------------------------------------------------------ output
 
@@ -602,7 +632,7 @@ class Agent:
         bound = self.config.broker_silence_s
         if bound is None:
             return
-        tick = min(max(bound / 4, 0.05), 5.0)
+        tick = silence_tick_s(bound)
         last = time.monotonic()
         while not end.wait(tick):
             now = time.monotonic()

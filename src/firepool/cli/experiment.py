@@ -78,3 +78,28 @@ def rollout(
     from firepool.experiment.rollout import RolloutRun, main
 
     main(RolloutRun(callers=callers, load_s=load_s, window_s=window_s), out)
+
+
+@experiment_app.command("faults")
+def faults(
+    out: Path = typer.Option(Path("results/faults"), help="Directory for JSON and markdown."),
+    json_path: Path | None = typer.Option(None, "--json", help="Also write the totals here."),
+    kills: int | None = typer.Option(None, min=0, help="SIGKILLs of the broker [30]."),
+    jobs: int | None = typer.Option(None, min=0, help="Short jobs in the stream [400]."),
+    store_restarts: int | None = typer.Option(None, min=0, help="Store outages [3]."),
+    partitions: int | None = typer.Option(None, min=0, help="Agent partitions [5]."),
+    agent_kills: int | None = typer.Option(None, min=0, help="Agent SIGKILLs [5]."),
+    store: str = typer.Option("sqlite", help="sqlite, or postgresql (a private server)."),
+    seed: int = typer.Option(0, help="Fixes the gaps between faults and the jobs."),
+) -> None:
+    """A bounded fault campaign under load: nothing lost, nothing run twice."""
+    from firepool.experiment.faults import FaultCampaign, main
+
+    if store not in ("sqlite", "postgresql"):
+        raise typer.BadParameter("choose sqlite or postgresql", param_hint="--store")
+    changes: dict[str, Any] = {"store": store, "seed": seed}
+    for name, value in (("kills", kills), ("jobs", jobs), ("store_restarts", store_restarts),
+                        ("partitions", partitions), ("agent_kills", agent_kills)):
+        if value is not None:
+            changes[name] = value
+    main(dataclasses.replace(FaultCampaign(), **changes), out, json_path)

@@ -674,6 +674,14 @@ class BrokerCore:
         self._gen[snap.pool] += 1
         self._fresh_gen[snap.pool] += 1
 
+    def exclusivity_verified(self, groups: Iterable[str], now: float) -> list[Action]:
+        """The sweep after a restart verified these GPUs: their standbys may be promoted."""
+        self.tracker.exclusivity_verified(groups)
+        for name, spec in self.specs.items():
+            if spec.is_gpu:
+                self._gen[name] += 1  # new supply: jobs that found none look again
+        return [DISPATCH]
+
     def adopt(self, ticket: Ticket, lease: Lease) -> None:
         """A RUNNING job whose attempt a restarted broker re-attached: committed, launched."""
         self.running[ticket.job] = Live(ticket, lease, committed=True, ungated=True,

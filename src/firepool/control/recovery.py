@@ -16,7 +16,7 @@ Distinct attempt ids keep an old attempt from ever reporting into the new one.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from firepool.control import pod_annotations
 from firepool.control.records import Lease, LeasedPod, PodSnapshot, Ticket
@@ -87,6 +87,8 @@ def plan_recovery(
             result.delete.append(pod.name)
             continue
         result.restore.append(snap)
+    _bind_lagging(result.restore, jobs)
+    for snap in result.restore:
         if snap.state is PodState.RUNNING and snap.job is not None:
             busy.setdefault(snap.job, set()).add(snap.name)
     for job in jobs:
@@ -106,6 +108,31 @@ def plan_recovery(
             keep.append(snap)
     result.restore = _with_groups(keep, result.delete)
     return result
+
+
+def _bind_lagging(restore: list[PodSnapshot], jobs: Sequence[RunningJob]) -> None:
+    """A pod that a RUNNING job's bindings name but whose annotations still say idle or
+    held: the broker died between the job's durable commit and the best-effort annotation
+    (step 4), and the attempt may have launched there. The store is authoritative for the
+    job, so the pod is restored busy with it: the probe then re-attaches the attempt, or the
+    job is lost and the pod released unclean. Never handed to another job meanwhile."""
+    index = {snap.name: i for i, snap in enumerate(restore)}
+    for job in jobs:
+        for binding in job.bindings:
+            i = index.get(binding.pod)
+            if i is None or restore[i].state is PodState.RUNNING:
+                continue
+            spec = job.ticket.spec
+            restore[i] = replace(
+                restore[i],
+                state=PodState.RUNNING,
+                job=job.ticket.job,
+                owner=job.ticket.caller,
+                queue=spec.queue,
+                tag=spec.lease_tag,
+                used=True,
+                hold_until=0.0,
+            )
 
 
 def _fits(snap: PodSnapshot, spec: PoolSpec, restored: list[PodSnapshot]) -> bool:

@@ -212,6 +212,9 @@ class Tracker:
         self._job_session: dict[str, ClaimRequest] = {}
         self._caller_gpus: dict[str, int] = {}
         self._holds: list[tuple[float, str]] = []
+        #: GPUs restored after a broker restart whose exclusivity no sweep has verified yet:
+        #: their standbys are never promoted (fail closed, the broker paper's appendix A.4).
+        self.unverified: set[str] = set()
         self.max_gpus_per_caller = max_gpus_per_caller  # across all pools
         for spec in pools:
             self._pools[spec.name] = _PoolIndex(spec)
@@ -545,7 +548,7 @@ class Tracker:
         for name in index.standby:
             pod = pods[name]
             grp = groups[_group(pod)]
-            if pod.group in taken or grp.waiting is not None:
+            if pod.group in taken or grp.waiting is not None or grp.name in self.unverified:
                 continue
             if grp.gate is None:
                 chosen.append((pod, _P_STANDBY, _R_NO_IDLE_POD))
@@ -786,6 +789,12 @@ class Tracker:
                 out.append(Retired(name, _RR_HOLD_EXPIRED))
             return out
 
+    def exclusivity_verified(self, groups: Iterable[str]) -> None:
+        """A sweep found every share of these GPUs held by their own group: promotions may
+        go ahead."""
+        with self._lock:
+            self.unverified.difference_update(groups)
+
     def restore(self, snap: PodSnapshot) -> Pod:
         """Rebuild a pod after a broker restart from the backend's annotations."""
         pod = self.add_pod(
@@ -799,6 +808,8 @@ class Tracker:
         )
         with self._lock:
             index = self._pools[snap.pool]
+            if pod.group is not None and index.gpu:
+                self.unverified.add(pod.group)
             pod.template = snap.template
             pod.owner, pod.queue, pod.tag, pod.used = snap.owner, snap.queue, snap.tag, snap.used
             pod.retire_after = snap.retire_after

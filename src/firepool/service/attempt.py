@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -19,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from firepool.control.dispatch import AttemptEnd, Verdict
 from firepool.control.records import Lease, Ticket
 from firepool.model import (
+    ErrorCode,
     FirepoolError,
     JobKind,
     JobState,
@@ -35,6 +37,7 @@ from firepool.protocol import (
     PackageRef,
     RequirementsRef,
     StopReason,
+    fenced_within_s,
 )
 from firepool.service.gang_env import gang_env
 from firepool.service.outage import until_stored
@@ -107,6 +110,7 @@ class AttemptRunner:
         log_drain_s: float = 5.0,
         lost_after_polls: int = 3,
         resize_grace_s: float = 30.0,
+        silence_s: Callable[[str], float | None] = lambda pool: None,
     ) -> None:
         self.store = store
         self.pods = pods
@@ -118,6 +122,8 @@ class AttemptRunner:
         self.log_drain_s = log_drain_s
         self.lost_after_polls = lost_after_polls
         self.resize_grace_s = resize_grace_s
+        #: A pool's agents' broker-silence bound (None: they never fence themselves).
+        self.silence_s = silence_s
         #: The store's event-loop writes, when it has them (looked up once): the hot path's
         #: commits are then awaited without parking a worker thread on each.
         self._async: AsyncWrites | None = store if isinstance(store, AsyncWrites) else None
@@ -265,7 +271,7 @@ class AttemptRunner:
         job, lease = running.job, running.lease
         pending = dict(running.exits)
         events: dict[str, ExitEvent] = {}
-        silent: dict[str, int] = {}  # consecutive polls a pod's agent did not answer
+        silent: dict[str, tuple[int, float]] = {}  # failed polls in a row, since when
         cancel_task = asyncio.ensure_future(running.cancel.wait())
         stop_task = asyncio.ensure_future(running.stop.wait())
         stopping = False
@@ -334,16 +340,24 @@ class AttemptRunner:
         )
 
     async def _poll_exits(
-        self, job: JobRecord, pending: dict[str, asyncio.Future[ExitEvent]], silent: dict[str, int]
+        self,
+        job: JobRecord,
+        pending: dict[str, asyncio.Future[ExitEvent]],
+        silent: dict[str, tuple[int, float]],
     ) -> str | None:
         """The fallback when an exit event was lost: ask the agents. Returns a pod whose agent
-        has not answered `lost_after_polls` polls in a row, if any."""
+        is lost: it has not answered `lost_after_polls` polls in a row and either its process
+        is gone or it has been silent long enough to have fenced its attempt itself
+        (`fenced_within_s` of its silence bound): a partitioned agent's attempt is never run
+        elsewhere while it may still complete."""
         for pod, fut in pending.items():
+            asked = time.monotonic()  # the agent heard from us no later than this
             try:
                 status = await self.pods.agent(pod).status(job.attempt)
             except UnavailableError:
-                silent[pod] = silent.get(pod, 0) + 1
-                if silent[pod] >= self.lost_after_polls:
+                polls, since = silent.get(pod, (0, asked))
+                silent[pod] = (polls + 1, since)
+                if polls + 1 >= self.lost_after_polls and await self._lost(job, pod, since):
                     return pod
                 continue
             except (FirepoolError, OSError):
@@ -352,6 +366,13 @@ class AttemptRunner:
             if status.exit is not None and not fut.done():
                 fut.set_result(status.exit)
         return None
+
+    async def _lost(self, job: JobRecord, pod: str, silent_since: float) -> bool:
+        record = await self.pods.backend.get(pod)
+        if record is None or not record.alive:
+            return True  # nothing of the agent runs: no fence to wait for
+        bound = self.silence_s(job.spec.pool)
+        return bound is None or time.monotonic() - silent_since >= fenced_within_s(bound)
 
     async def _stop_all(
         self, running: Running, *, grace_s: float | None = None, kill: bool = False
@@ -430,6 +451,15 @@ class AttemptRunner:
                 if fresh.retries != job.retries:
                     return fresh
                 job = fresh
+                if job.cancel_requested and verdict.retry:
+                    # The cancel landed after the attempt ended, while its verdict was being
+                    # written: the caller asked for no more attempts, so there is no retry.
+                    verdict = Verdict(
+                        JobState.CANCELLED,
+                        ErrorCode.CANCELLED,
+                        verdict.exit_code,
+                        "cancelled while its attempt's verdict was recorded",
+                    )
         raise LostRaceError(f"job {job.id}: could not record its verdict", field="version")
 
     async def _write(self, job: JobRecord, verdict: Verdict) -> JobRecord:

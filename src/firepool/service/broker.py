@@ -104,6 +104,10 @@ class BrokerConfig:
     capacity_poll_s: float = 10.0
 
 
+#: The longest an ended attempt's pods wait for its verdict to be written before deletion.
+VERDICT_WAIT_S = 60.0
+
+
 def ticket_of(job: JobRecord) -> Ticket:
     """The core's view of a stored job."""
     submitted = job.timings.get("submitted") or 0.0
@@ -159,6 +163,7 @@ class Broker:
             package_url=lambda digest: f"{self.base_url}/internal/v1/packages/{digest}",
             exit_poll_s=config.exit_poll_s,
             resize_grace_s=config.elastic.stop_grace_s,
+            silence_s=self.silence_s,
         )
         self.elastic = ElasticDriver(
             self.core,
@@ -173,6 +178,8 @@ class Broker:
         # write (saves a store read per job; a cancel that bumped the version in between
         # makes the write lose its race, and `AttemptRunner.record` then re-reads).
         self._ended: dict[str, JobRecord] = {}
+        # Each job's verdict write in flight: its ended attempt's pods wait for it.
+        self._recording: dict[str, asyncio.Task[None]] = {}
         self._resync = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
@@ -191,6 +198,9 @@ class Broker:
         self._own_budget: dict[str, int | None] = {}
         self._reading: dict[str, int] = {}  # the capacity source's last good reading
         self._pool_edit_lock = asyncio.Lock()
+        self._started: float | None = None
+        self.dispatching_after_start_s: float | None = None
+        self.recovery_s = 0.0
 
     @property
     def tracker(self) -> Tracker:
@@ -201,12 +211,20 @@ class Broker:
 
     async def start(self, base_url: str) -> None:
         """Recover, reconcile once, then run the loops. `base_url` is where agents reach us."""
-        from firepool.service.recovery import recover
+        from firepool.service.recovery import recover, sweep_exclusivity
 
         self._loop = asyncio.get_running_loop()
         self.base_url = base_url
         await pool_edits.restore(self)  # before recovery adopts pods of an edited template
+        self._started = time.perf_counter()
         await recover(self)
+        self.recovery_s = time.perf_counter() - self._started
+        # Restart to dispatching: the first pass runs now, before the scaler's pod creates
+        # (each forks on this loop) and before the first tick; queued jobs are waiting.
+        try:
+            await self.dispatch_once()
+        except Exception:
+            log.exception("first dispatch pass failed")
         self.reconcile()
         self._loops = [
             asyncio.create_task(self._dispatch_loop(), name="dispatch"),
@@ -216,7 +234,12 @@ class Broker:
             asyncio.create_task(self._keepalive_loop(), name="keepalive"),
             asyncio.create_task(self._timeline_loop(), name="timeline"),
             asyncio.create_task(self._capacity_loop(), name="capacity"),
+            asyncio.create_task(sweep_exclusivity(self), name="exclusivity"),
         ]
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
 
     async def close(self, *, delete_pods: bool = False) -> None:
         """Graceful stop: loops end, running attempts are left to finish on their pods (a
@@ -253,7 +276,10 @@ class Broker:
                 self.telemetry.scaler.labels(action.order.pool, "create", action.order.role).inc()
                 self.pods.spawn(self._create(action))
             elif isinstance(action, RecordVerdict):
-                self.pods.spawn(self._record(action, self._ended.get(action.ticket.job)))
+                job_id = action.ticket.job
+                task = self.pods.spawn(self._record(action, self._ended.get(job_id)))
+                self._recording[job_id] = task
+                task.add_done_callback(functools.partial(self._recorded, job_id))
             elif isinstance(action, StopAttempt):
                 self._stop(action)
             elif isinstance(action, FailQueued):
@@ -508,19 +534,34 @@ class Broker:
                 log.warning("dispatch passes read the store again")
                 store_down = False
 
+    def queue_read(self, jobs: list[JobRecord]) -> None:
+        """The store's queue, just read: it replaces the core's (the fallback resync, and
+        recovery's read at start)."""
+        self._resync = False
+        self._records = {j.id: j for j in jobs[: self.config.max_queue_scan]}
+        self.act(self.core.resync([ticket_of(j) for j in self._records.values()], self.clock()))
+
     async def dispatch_once(self) -> None:
         if self._resync:
             self._resync = False
             jobs = await asyncio.to_thread(
                 self.store.list_jobs, states=[JobState.QUEUED], limit=self.config.max_queue_scan
             )
-            self._records = {j.id: j for j in jobs}
-            self.act(self.core.resync([ticket_of(j) for j in jobs], self.clock()))
+            self.queue_read(jobs)
         start = time.perf_counter()
         actions = self.core.dispatch(self.clock())
         self.dispatch_ms.append((time.perf_counter() - start) * 1000.0)
         self.telemetry.dispatch.observe(self.dispatch_ms[-1] / 1000.0)
         self.act(actions)
+        if self.dispatching_after_start_s is None and self._started is not None:
+            # Start (recovery included) to the first dispatch pass: the restart's cost to
+            # queued work, read by `firepool experiment faults` from the log.
+            self.dispatching_after_start_s = time.perf_counter() - self._started
+            log.info(
+                "dispatching %.1f ms after start (recovery %.1f ms)",
+                self.dispatching_after_start_s * 1000,
+                self.recovery_s * 1000,
+            )
 
     # ------------------------------------------------------------------ attempts
 
@@ -578,9 +619,28 @@ class Broker:
         running.ticket = ticket_of(running.job)
         self._ended[job_id] = running.job
         try:
-            self.act(self.core.attempt_over(job_id, end, unclean, self.clock()))
+            actions = self.core.attempt_over(job_id, end, unclean, self.clock())
+            # The attempt's pods go only once its verdict is durable: a pod deleted first
+            # takes its agent's memory of the exit with it, and a broker killed in between
+            # would find the job RUNNING with its pods gone and run it again.
+            mine = {p.name for p in running.lease.pods}
+            later = [a for a in actions if isinstance(a, DeletePod) and a.pod in mine]
+            self.act([a for a in actions if a not in later])
+            if later:
+                self.pods.spawn(self._delete_after_verdict(job_id, later))
         finally:
             self._ended.pop(job_id, None)
+
+    def _recorded(self, job_id: str, task: asyncio.Task[None]) -> None:
+        if self._recording.get(job_id) is task:
+            del self._recording[job_id]
+
+    async def _delete_after_verdict(self, job_id: str, deletes: list[DeletePod]) -> None:
+        recording = self._recording.get(job_id)
+        if recording is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(recording), VERDICT_WAIT_S)
+        self.act(deletes)
 
     async def _mark_pods(self, running: Running) -> None:
         """Step 4, best effort and off the critical path: ownership annotations."""
@@ -734,13 +794,20 @@ class Broker:
 
     # ------------------------------------------------------------------ keep-alive
 
+    def silence_s(self, pool: str) -> float | None:
+        """The silence `pool`'s agents tolerate before ending their pods and fencing their
+        attempts (None: any). One setting for both sides: the agents' fence and this
+        broker's lost window (`AttemptRunner`) are derived from it."""
+        from firepool.backends.local import silence_bound
+
+        spec = self.specs.get(pool)
+        setting = getattr(self.backend, "broker_silence_s", None)
+        return silence_bound(setting, spec) if spec is not None else None
+
     def keepalive_s(self) -> float | None:
         """How often every pod hears from this broker: a quarter of the shortest silence its
         agents tolerate before ending their pods (None: they tolerate any)."""
-        from firepool.backends.local import silence_bound
-
-        setting = getattr(self.backend, "broker_silence_s", None)
-        bounds = [b for s in self.specs.values() if (b := silence_bound(setting, s)) is not None]
+        bounds = [b for name in self.specs if (b := self.silence_s(name)) is not None]
         return max(min(bounds) / 4, 0.05) if bounds else None
 
     async def _keepalive_loop(self) -> None:

@@ -13,6 +13,8 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
+import httpx
+
 from firepool.backends.agent_client import AgentClient
 from firepool.backends.base import PodBackend, PodCreate, PodRecord
 from firepool.control import pod_annotations
@@ -39,6 +41,9 @@ class PodManager:
         # Annotations of one pod are written in the order they were asked for, so a release's
         # "held" never lands before the launch's "running".
         self._annotating: dict[str, asyncio.Lock] = {}
+        # The HTTP client stack's one-time set-up (lazy imports, ~0.1 s) happens here, where
+        # the broker is built, not in the first agent client a restart's recovery creates.
+        httpx.AsyncClient(verify=False)
 
     # ------------------------------------------------------------------ tasks
 

@@ -8,6 +8,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from firepool.backends.base import PodRecord
 from firepool.control.recovery import Binding, ListedPod, RunningJob, plan_recovery
 from firepool.model import FirepoolError, JobState, NotFoundError
 from firepool.protocol import AttemptStatus
@@ -21,15 +22,24 @@ log = logging.getLogger("firepool.service.recovery")
 #: Probes of a silent agent before its attempt counts as lost.
 PROBE_TRIES = 3
 PROBE_BACKOFF_S = 0.2
+#: Each probe's own limit: dispatching waits for recovery, and a silent rank of a pool whose
+#: agents fence is re-attached anyway (the runner keeps asking it).
+PROBE_TIMEOUT_S = 2.0
 
 
 async def recover(broker: Broker) -> None:
     from firepool.service.broker import ticket_of
 
     records = {r.name: r for r in await broker.backend.list_pods()}
-    stored = await asyncio.to_thread(
-        broker.store.list_jobs, states=[JobState.RUNNING], limit=100_000
+    # One read for both: the queue is handed to the dispatcher, whose first pass then runs
+    # without a read of its own (restart to dispatching is on every queued job's path).
+    both = await asyncio.to_thread(
+        broker.store.list_jobs,
+        states=[JobState.RUNNING, JobState.QUEUED],
+        limit=100_000 + broker.config.max_queue_scan,
     )
+    stored = [j for j in both if j.state is JobState.RUNNING]
+    broker.queue_read([j for j in both if j.state is JobState.QUEUED])
     jobs = [
         RunningJob(
             ticket_of(job),
@@ -51,8 +61,8 @@ async def recover(broker: Broker) -> None:
     ]
     plan = plan_recovery(listed, jobs, broker.specs)
     count = broker.telemetry.recovery.labels
-    for name in plan.delete:
-        await broker.backend.delete(name)
+    for name in plan.delete:  # off the critical path: no job waits for these
+        broker.pods.spawn(broker.backend.delete(name))
         count("pod_deleted").inc()
     for snap in plan.restore:
         try:
@@ -65,9 +75,10 @@ async def recover(broker: Broker) -> None:
         broker.pods.records[snap.name] = records[snap.name]
         count("pod_restored").inc()
     by_id = {job.id: job for job in stored}
-    for job in plan.probe:
+    # Every job's agents probed at once: recovery takes one round trip, not one per job.
+    answers = await asyncio.gather(*(_probe_ranks(broker, job) for job in plan.probe))
+    for job, statuses in zip(plan.probe, answers, strict=True):
         record = by_id[job.ticket.job]
-        statuses = await _probe_ranks(broker, job)
         if statuses is None:
             count("attempt_lost").inc()
             broker.act(broker.core.recovery_lost(job.ticket, broker.clock()))
@@ -80,8 +91,8 @@ async def recover(broker: Broker) -> None:
         for name in (b.pod for b in job.bindings):
             running.exits[name] = loop.create_future()
         for binding, status in zip(job.bindings, statuses, strict=True):
-            if status.exit is not None:  # it finished during the outage: the agent kept it
-                running.exits[binding.pod].set_result(status.exit)
+            if status is not None and status.exit is not None:  # it finished during the
+                running.exits[binding.pod].set_result(status.exit)  # outage: the agent kept it
         broker.running[job.ticket.job] = running
         broker.pods.spawn(broker.reattach(running))
         count("attempt_reattached").inc()
@@ -92,28 +103,81 @@ async def recover(broker: Broker) -> None:
         log.info("recovered %d pods and %d running jobs", len(plan.restore), len(stored))
 
 
-async def _probe_ranks(broker: Broker, job: RunningJob) -> list[AttemptStatus] | None:
+async def _probe_ranks(
+    broker: Broker, job: RunningJob
+) -> list[AttemptStatus | None] | None:
     """Every rank's agent's word on the attempt, in rank order, probed together; None when
-    one of them does not know the attempt or stays silent: the attempt cannot be confirmed
-    whole, so it is lost (its pods are released unclean and deleted, which ends whatever
-    still runs of it) and retried under a new attempt id within `max_retries`."""
+    one of them does not know the attempt (or stays silent where agents never fence
+    themselves): the attempt cannot be confirmed whole, so it is lost (its pods are released
+    unclean and deleted, which ends whatever still runs of it) and retried under a new attempt
+    id within `max_retries`. A silent rank of a pool whose agents fence is None in the list:
+    the attempt is re-attached and the runner declares the pod lost only once its agent has
+    had time to fence (a partitioned agent's attempt is never run twice at once)."""
     answers = await asyncio.gather(*(_probe(broker, job, b.pod) for b in job.bindings))
-    if any(a is None for a in answers):
+    if any(a is _UNKNOWN for a in answers):
         return None
-    return [a for a in answers if a is not None]
+    if any(a is _SILENT for a in answers) and broker.silence_s(job.ticket.spec.pool) is None:
+        return None
+    return [a if isinstance(a, AttemptStatus) else None for a in answers]
 
 
-async def _probe(broker: Broker, job: RunningJob, pod: str | None = None) -> AttemptStatus | None:
-    """One rank's (default: rank 0's) agent's word on the attempt, retried with backoff while
-    the agent does not answer; None when it does not know the attempt (never launched) or
-    stays silent."""
-    pod = pod or job.bindings[0].pod
+_UNKNOWN = object()  # the agent answered: it does not know the attempt
+_SILENT = object()  # the agent did not answer
+
+
+async def _probe(broker: Broker, job: RunningJob, pod: str) -> object:
+    """One rank's agent's word on the attempt (an `AttemptStatus`), retried with backoff
+    while the agent does not answer; `_UNKNOWN` when it does not know the attempt (never
+    launched), `_SILENT` when it never answers."""
     for attempt in range(PROBE_TRIES):
         try:
-            return await broker.pods.agent(pod).status(job.ticket.attempt)
+            return await asyncio.wait_for(
+                broker.pods.agent(pod).status(job.ticket.attempt), PROBE_TIMEOUT_S
+            )
         except NotFoundError:
-            return None
-        except (FirepoolError, OSError):
+            return _UNKNOWN
+        except (FirepoolError, OSError, TimeoutError):
             if attempt + 1 < PROBE_TRIES:
                 await asyncio.sleep(PROBE_BACKOFF_S * (attempt + 1))
-    return None
+    return _SILENT
+
+
+#: How often the exclusivity sweep reads the cards again while some are unverified.
+SWEEP_RETRY_S = 5.0
+
+
+async def sweep_exclusivity(broker: Broker) -> None:
+    """After a restart, standbys are promoted only on GPUs a live sweep has verified: every
+    pod the backend has on the card belongs to the card's own group (one of ours, restored
+    into that group). A card whose devices the backend does not report, or that another pod
+    shares, stays closed; a failed read changes nothing. Repeats until every card is open."""
+    tracker = broker.tracker
+    while tracker.unverified and not broker.closing:
+        try:
+            records = await broker.backend.list_pods()
+        except Exception as exc:
+            log.warning("exclusivity sweep could not list pods: %r", exc)
+            records = None
+        if records is not None:
+            open_ = exclusive_groups(broker, records)
+            if open_:
+                broker.act(broker.core.exclusivity_verified(open_, broker.clock()))
+        if tracker.unverified:
+            await asyncio.sleep(SWEEP_RETRY_S)
+
+
+def exclusive_groups(broker: Broker, records: list[PodRecord]) -> list[str]:
+    members: dict[str, set[str]] = {}
+    for spec in broker.specs.values():
+        if spec.is_gpu:
+            for pod in broker.tracker.pool_pods(spec.name):
+                if pod.group in broker.tracker.unverified:
+                    members.setdefault(pod.group, set()).add(pod.name)
+    by_name = {r.name: r for r in records}
+    out: list[str] = []
+    for group, names in members.items():
+        cards = {d for n in names if n in by_name for d in by_name[n].devices}
+        users = {r.name for r in records if cards & set(r.devices)}
+        if cards and users <= names:
+            out.append(group)
+    return out

@@ -120,7 +120,9 @@ def test_a_partitioned_agent_found_at_recovery_is_not_run_twice(tmp_path: Path) 
         def do_GET(self) -> None:
             q = parse_qs(urlsplit(self.path).query)
             with seen:
-                runs[q["attempt"][0]] = int(q["pid"][0])
+                pid = procfs.known_here_as(q["ns"][0], int(q["pid"][0]))
+                assert pid is not None, f"no process is {q}"
+                runs[q["attempt"][0]] = pid
                 seen.notify_all()
             self.send_response(204)
             self.end_headers()

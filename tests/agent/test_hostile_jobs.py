@@ -349,6 +349,14 @@ def test_daemons_of_every_kind_are_gone_after_reset(env: Env) -> None:
     result = env.loop.run(env.client.reset())
     assert result.clean, result.reason
     assert result.killed >= 4
+    # A private pod's PID namespace and cgroup confine its jobs: reset lists them from the
+    # cgroup (then one /proc snapshot confirms); a weak pod's are found in the host's /proc.
+    confined = (
+        env.mode is IsolationMode.PRIVATE
+        and env.health.limits["pid"].startswith("namespace")
+        and any(t.startswith("cgroup") for t in env.health.process_tracking)
+    )
+    assert ("kill_cgroup" in result.steps_ms) is confined, result.steps_ms
     left = [p for p in pods_processes(env.root, {env.uid}) if p in alive]
     assert left == [], [
         (procfs.read_proc(p), Path(f"/proc/{p}/cmdline").read_bytes()) for p in left

@@ -5,9 +5,15 @@ subreapers, so `setsid` and double-forked grandchildren stay below them) plus ev
 the pod's cgroups (a ledger that survives re-parenting), except the zygote. All are SIGKILLed,
 repeatedly (a forking process cannot outrun a SIGKILL round for long), until
 a /proc snapshot finds none alive; a process in uninterruptible sleep gets a bounded wait
-(`verify_timeout_s`). Separately, any process started since the pod came up that carries the
-pod's environment marker but is *not* ours (it escaped through something outside the pod) is
-not touched but reported: we cannot prove what it holds, so the reset is `unclean`.
+(`verify_timeout_s`). Where the pod's processes are confined (`pids_confined`: jobs live in the
+pod's PID namespace and its cgroup, as a uid that can leave neither), the killing rounds read
+only the cgroup's member list, not the whole host's /proc; one full snapshot still confirms the
+end (and feeds the marker check), and anything it finds alive sends reset back to the full
+rounds. Separately, any process started since the pod came up that carries the pod's
+environment marker but is *not* ours (it escaped through something outside the pod, e.g. a
+daemon that runs what it is handed with the job's environment, which no namespace or cgroup of
+the pod's stops) is not touched but reported: we cannot prove what it holds, so the reset is
+`unclean`.
 
 Files. The package directory, per-attempt GPU accounting files, logs, volumes marked for wiping
 and the scratch spaces are emptied, then checked empty; the directories the job's user owns get
@@ -63,6 +69,8 @@ class ResetContext:
     detach: Callable[[], None] | None = None
     #: A descriptor on the IPC namespace's POSIX message queues (isolation.open_mqueues).
     mqueues: int | None = None
+    #: Every job process is in the pod's PID namespace and in `cgroups` (see module docstring).
+    pids_confined: bool = False
 
 
 def _tree(ctx: ResetContext, procs: dict[int, procfs.Proc]) -> set[int]:
@@ -77,6 +85,25 @@ def _reap_own_zombies(ctx: ResetContext, procs: dict[int, procfs.Proc]) -> None:
                 os.waitpid(proc.pid, os.WNOHANG)
 
 
+def _kill_confined(ctx: ResetContext, killed: set[int], deadline: float) -> None:
+    """Killing rounds over the cgroup's members alone, until none is alive or time is up."""
+    pause = 0.0005
+    spared = ctx.keep_pids | {ctx.agent_pid}
+    while True:
+        live = [
+            pid
+            for pid in ctx.cgroups.members() - spared
+            if (proc := procfs.read_proc(pid)) is not None and not proc.dead
+        ]
+        if not live or time.monotonic() > deadline:
+            return
+        for pid in live:
+            procfs.kill_quietly(pid)
+            killed.add(pid)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+
+
 def kill_attempt_processes(
     ctx: ResetContext,
 ) -> tuple[int, list[procfs.Proc], dict[int, procfs.Proc]]:
@@ -85,6 +112,10 @@ def kill_attempt_processes(
     Returns (processes killed, survivors, the last /proc snapshot)."""
     killed: set[int] = set()
     deadline = time.monotonic() + ctx.verify_timeout_s
+    if ctx.pids_confined:
+        begun = time.perf_counter()
+        _kill_confined(ctx, killed, deadline)
+        ctx.steps_ms["kill_cgroup"] = round((time.perf_counter() - begun) * 1000, 3)
     pause = 0.0005
     while True:
         procs = procfs.snapshot()

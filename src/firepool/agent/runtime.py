@@ -168,6 +168,19 @@ class Agent:
         #: it (in a private copy of the pod's mounts) where the zygote found that possible.
         self.pids_private = pidns.same_namespace(self.zygote.pid, self.pid) is False
 
+    def _pids_confined(self) -> bool:
+        """Whether reset may list the pod's processes from its cgroup alone: every job process
+        is born in the PID namespace and the cgroups (the zygote, which forks them, is in both:
+        it joins them asynchronously, so this is asked at each reset) and, unprivileged, can
+        leave neither."""
+        return (
+            self.scratch.mode is IsolationMode.PRIVATE
+            and self.pids_private
+            and self.job_user is not None
+            and self.job_user[0] != 0
+            and self.zygote.pid in self.cgroups.members()
+        )
+
     def _pid_isolation(self) -> str:
         if not self.pids_private:
             return "shared"
@@ -550,6 +563,7 @@ class Agent:
                 zygote_threads=self.zygote_threads,
                 detach=self.attacher.detach_all,
                 mqueues=self.mqueues,
+                pids_confined=self._pids_confined(),
             )
             result = verified_reset(ctx)
             if unacked:

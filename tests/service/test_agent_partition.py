@@ -33,11 +33,11 @@ if attempt.endswith(":0"):
 """
 
 
-def test_a_partitioned_agent_loses_its_attempt_and_the_old_attempt_never_comes_back(
-    broker: BrokerThread,
-) -> None:
-    runs: dict[str, int] = {}
-    seen = threading.Condition()
+def phone_home(
+    runs: dict[str, int], seen: threading.Condition
+) -> tuple[ThreadingHTTPServer, str]:
+    """A loopback server where each attempt of `JOB` reports its pid, translated into this
+    /proc's numbering (a private pod's job knows itself by its PID namespace's pid)."""
 
     class Home(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -55,7 +55,15 @@ def test_a_partitioned_agent_loses_its_attempt_and_the_old_attempt_never_comes_b
 
     home = ThreadingHTTPServer(("127.0.0.1", 0), Home)
     threading.Thread(target=home.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{home.server_address[1]}"
+    return home, f"http://127.0.0.1:{home.server_address[1]}"
+
+
+def test_a_partitioned_agent_loses_its_attempt_and_the_old_attempt_never_comes_back(
+    broker: BrokerThread,
+) -> None:
+    runs: dict[str, int] = {}
+    seen = threading.Condition()
+    home, url = phone_home(runs, seen)
     stopped = 0
     try:
         with broker.client() as c:
@@ -115,24 +123,7 @@ def test_a_partitioned_agent_found_at_recovery_is_not_run_twice(tmp_path: Path) 
     catalog.write_text(PARTITION_POOL)
     runs: dict[str, int] = {}
     seen = threading.Condition()
-
-    class Home(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            q = parse_qs(urlsplit(self.path).query)
-            with seen:
-                pid = procfs.known_here_as(q["ns"][0], int(q["pid"][0]))
-                assert pid is not None, f"no process is {q}"
-                runs[q["attempt"][0]] = pid
-                seen.notify_all()
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            return None
-
-    home = ThreadingHTTPServer(("127.0.0.1", 0), Home)
-    threading.Thread(target=home.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{home.server_address[1]}"
+    home, url = phone_home(runs, seen)
     server = start_server(data, catalog)
     stopped = None
     try:

@@ -23,8 +23,8 @@ from firepool.service.broker import BrokerConfig, ticket_of
 from firepool.service.capacity import FileCapacitySource, open_capacity_source, parse_reading
 from firepool.service.catalog import Catalog
 from firepool.store import PodBinding, open_store
-from firepool.testing.gate import Gate
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
+from firepool.testing.switch import Switch
 from firepool.testing.waiting import wait_until
 
 GPU = PoolSpec(name="gpu", accelerator="fake", accelerators_per_pod=1, min_count=2,
@@ -57,7 +57,7 @@ def test_idle_cards_go_back_first_then_the_youngest_job_is_reclaimed(tmp_path: P
     grants = tmp_path / "capacity.json"
     grant(grants, 2)
     config = BrokerConfig(capacity_poll_s=0.2, reconcile_s=2.0, exit_poll_s=0.5)
-    gate_a, gate_b = Gate(), Gate()
+    gate_a, gate_b = Switch(), Switch()
     with running_broker(tmp_path / "b", catalog=Catalog((GPU,), {"fake": 0}), config=config,
                         fake_devices=["GPU-0", "GPU-1"],
                         capacity=FileCapacitySource(grants)) as broker:

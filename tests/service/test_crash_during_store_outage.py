@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_crash_recovery import _CLEANUP, client, wait_state
+from test_crash_recovery import _CLEANUP, client, start_server, wait_state
 from test_output_across_crash import Home, read_all
 
 from firepool.testing.databases import start_private_server
@@ -42,23 +42,6 @@ def postgres() -> Iterator[PrivateServer]:
         private.close()
 
 
-def serve(data: Path, catalog: Path, store_url: str) -> subprocess.Popen[bytes]:
-    (data / "url").unlink(missing_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "firepool.cli.main", "serve", "--data-dir", str(data),
-         "--port", "0", "--catalog", str(catalog), "--store", store_url],
-        stdout=subprocess.DEVNULL,
-        stderr=open(data / "serve.log", "ab"),  # noqa: SIM115
-        start_new_session=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not (data / "url").exists():
-        assert proc.poll() is None, (data / "serve.log").read_text()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    return proc
-
-
 def test_a_verdict_waiting_for_the_store_survives_a_broker_kill(
     postgres: PrivateServer, tmp_path: Path
 ) -> None:
@@ -72,7 +55,7 @@ def test_a_verdict_waiting_for_the_store_survives_a_broker_kill(
             "urllib.request.urlopen(base + '/printed/' + os.environ['FIREPOOL_ATTEMPT'])\n"
             "while urllib.request.urlopen(base + '/go/finish').status != 200: time.sleep(0.02)\n"
             "print('last', flush=True)")
-    server = serve(data, catalog, store_url)
+    server = start_server(data, catalog, store_url)
     try:
         with client(data) as c:
             job = c.post("/v1/jobs", json={"pool": "one", "command": ["python", "-c", body,
@@ -89,7 +72,7 @@ def test_a_verdict_waiting_for_the_store_survives_a_broker_kill(
         os.killpg(server.pid, signal.SIGKILL)
         server.wait(timeout=10)
         postgres.start()
-        server = serve(data, catalog, store_url)
+        server = start_server(data, catalog, store_url)
         with client(data) as c:
             done = wait_state(c, job, TERMINAL, timeout=120)
             assert (done["state"], done["retries"], done["exit_code"]) == ("SUCCEEDED", 0, 0), done

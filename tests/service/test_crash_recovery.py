@@ -30,11 +30,14 @@ idle_timeout = 300.0
 """
 
 
-def start_server(data_dir: Path, catalog: Path) -> subprocess.Popen[bytes]:
+def start_server(
+    data_dir: Path, catalog: Path, store_url: str | None = None
+) -> subprocess.Popen[bytes]:
     (data_dir / "url").unlink(missing_ok=True)
+    store = ["--store", store_url] if store_url else []
     proc = subprocess.Popen(
         [sys.executable, "-m", "firepool.cli.main", "serve", "--data-dir", str(data_dir),
-         "--port", "0", "--catalog", str(catalog)],
+         "--port", "0", "--catalog", str(catalog), *store],
         stdout=subprocess.DEVNULL,
         stderr=open(data_dir / "serve.log", "ab"),  # noqa: SIM115
         start_new_session=True,

@@ -16,8 +16,8 @@ from firepool.model import PodState, PoolSpec, TokenRole
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.store.engine import DB_FILE
-from firepool.testing.gate import Gate
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
+from firepool.testing.switch import Switch
 from firepool.testing.waiting import wait_until
 
 POOL = PoolSpec(name="cpu", min_count=2, max_idle_count=2, max_count=3, idle_timeout=600.0,
@@ -66,7 +66,7 @@ def test_a_rollout_with_jobs_running_fails_none_and_ends_on_the_new_template(
             PodState.IDLE, PodState.IDLE], timeout=120.0)
         admin = broker.client("root", role=TokenRole.ADMIN)
         alice, bob = broker.client("alice"), broker.client("bob")
-        gate = Gate()
+        gate = Switch()
         long_job = submit(alice, command=gate.job())
         wait_until("alice's job runs", lambda: alice.get(f"/v1/jobs/{long_job}").json()[
             "state"] == "RUNNING")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from firepool.experiment.faults import FaultCampaign, main
-from firepool.experiment.private_postgres import postgres_bin
+from firepool.testing.private_db import PG_BIN
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -46,7 +46,7 @@ def test_a_small_campaign_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -
 def test_a_postgresql_restart_under_load_loses_nothing(tmp_path: Path) -> None:
     """The store kind on a private PostgreSQL server, stopped and started under load. Needs
     the broker to ride out an unavailable store (503 StoreUnavailable, exit events kept)."""
-    if postgres_bin() is None:
+    if not (PG_BIN / "initdb").exists():
         if os.environ.get("CI") == "true":
             pytest.fail("PostgreSQL's initdb and pg_ctl are needed for the campaign test")
         pytest.skip("PostgreSQL's initdb and pg_ctl are not installed")

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 
 from firepool.backends.base import PodRecord
-from firepool.experiment.private_postgres import PrivatePostgres, free_port
 from firepool.store.engine import DB_FILE
+from firepool.testing.private_db import PrivateServer, free_port
 
 _DISPATCHING = re.compile(r"dispatching ([0-9.]+) ms after start")
 
@@ -116,7 +116,7 @@ def agent_pid(data: Path, pod: str) -> int | None:
 class StoreOutage:
     """Makes the broker's store unavailable for a while, then available again."""
 
-    def __init__(self, data: Path, postgres: PrivatePostgres | None) -> None:
+    def __init__(self, data: Path, postgres: PrivateServer | None) -> None:
         self.db_file = data / DB_FILE
         self.postgres = postgres
 

@@ -55,9 +55,10 @@ import httpx
 
 from firepool.experiment.evidence import JOB_BODY, Evidence, expected_output
 from firepool.experiment.fault_targets import ServeProcess, StoreOutage, agent_pid
-from firepool.experiment.private_postgres import PrivatePostgres
+from firepool.model import ConfigError
 from firepool.sim.agentic import Tagger, w_agent, w_rl
 from firepool.sim.programs import Program, Run, Sleep
+from firepool.testing.private_db import PrivateServer, ServerError, start_private
 
 POOL = "faults"
 KINDS = ("broker", "store", "partition", "agent")
@@ -134,7 +135,7 @@ class Campaign:
         self.phase = "baseline"
         self.tokens: dict[str, str] = {}
         self.stop_load = asyncio.Event()
-        self.postgres: PrivatePostgres | None = None
+        self.postgres: PrivateServer | None = None
         self.server: ServeProcess
         self.outage: StoreOutage
 
@@ -393,9 +394,12 @@ class Campaign:
         data = self.root / "data"
         data.mkdir(parents=True, exist_ok=True)
         if exp.store == "postgresql":
-            self.postgres = PrivatePostgres(self.root / "pg").__enter__()
+            try:
+                self.postgres = start_private("postgresql")
+            except ServerError as err:
+                raise ConfigError(f"no private PostgreSQL server: {err}", field="store") from err
         try:
-            store_url = self.postgres.url if self.postgres is not None else None
+            store_url = self.postgres.create_database() if self.postgres is not None else None
             self.server = ServeProcess(data, self.catalog(), store_url, exp.isolation)
             self.outage = StoreOutage(data, self.postgres)
             await asyncio.to_thread(self.server.start)
@@ -430,7 +434,7 @@ class Campaign:
             finally:
                 self.evidence.close()
                 if self.postgres is not None:
-                    self.postgres.__exit__(None, None, None)
+                    self.postgres.close()
         return self.results
 
     async def judge(self) -> None:

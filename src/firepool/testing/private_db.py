@@ -54,7 +54,7 @@ class PrivateServer:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.port = _free_port()
+        self.port = free_port()
         self.running = False
 
     @property
@@ -273,7 +273,7 @@ def _fresh_name() -> str:
     return "fp_" + os.urandom(6).hex()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]

@@ -24,17 +24,12 @@ import pytest
 
 from firepool.agent import cgroups, procfs
 from firepool.agent.cgroups import PodCgroups, enable_v2_controllers
+from firepool.testing.host import needs
 
 MIB = 1024 * 1024
 #: Controllers the kernel calls threaded: they may be enabled below a cgroup holding processes.
 THREADED = frozenset({"cpu", "cpuset", "perf_event", "pids"})
 
-
-def needs(what: str) -> None:
-    """Absent here: a skip on a developer's machine, a failure under CI=true."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and this host lacks {what}")
-    pytest.skip(f"needs {what}")
 
 
 def _unified() -> Path | None:

@@ -36,6 +36,7 @@ from firepool.protocol import (
     LaunchRequest,
     RequirementsRef,
 )
+from firepool.testing.host import needs
 from firepool.testing.packages import PackageServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -50,13 +51,6 @@ def _cgroup_dirs(pod_dir: Path) -> list[str]:
     except OSError:
         return []
 
-
-def needs(what: str) -> None:
-    """A host this test cannot run on: a skip on a developer's machine, a failure in CI (the
-    CI machines provide it, so its absence there is a broken set-up, not a reason to pass)."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and this host lacks {what}")
-    pytest.skip(f"needs {what}")
 
 
 def test_create_ready_delete_leaves_nothing() -> None:

@@ -6,7 +6,7 @@ latest applied spec is the whole truth; a rollout needs no history).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -19,8 +19,9 @@ from firepool.store.schema import pool_edits
 class PoolEditsMixin:
     _committer: Committer
 
-    def _read(self, fn: Any) -> Any:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # provided by the store class this mixes into
+
+        def _read(self, fn: Any) -> Any: ...
 
     def save_pool_edit(self, spec: PoolSpec, *, now: float) -> PoolEdit:
         row = {

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -47,7 +48,7 @@ class ServerError(RuntimeError):
     """The private server could not be set up or started (names the command and its output)."""
 
 
-class PrivateServer:
+class PrivateServer(ABC):
     """One private database server: `url` to reach it, `stop()` and `start()` to fault it."""
 
     kind: str = ""
@@ -58,8 +59,8 @@ class PrivateServer:
         self.running = False
 
     @property
-    def url(self) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def url(self) -> str: ...
 
     def start(self) -> None:
         self._launch()
@@ -82,19 +83,20 @@ class PrivateServer:
             self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
+    @abstractmethod
     def create_database(self) -> str:
         """A URL of a fresh database of its own on this server (one per test)."""
-        raise NotImplementedError
+        ...
 
     def log_tail(self) -> str:
         log = self.root / "server.log"
         return log.read_text(errors="replace")[-2000:] if log.exists() else ""
 
-    def _launch(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _launch(self) -> None: ...
 
-    def _halt(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _halt(self) -> None: ...
 
 
 class PrivatePostgres(PrivateServer):

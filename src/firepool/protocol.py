@@ -27,7 +27,7 @@ import hashlib
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from firepool.model import (
     BadPackageError,
@@ -183,6 +183,27 @@ class StopReason(StrEnum):
     FAULT = "fault"  # an injected failure (experiments): SIGKILL at once, no chance to save
 
 
+#: An attempt whose whole output (both streams) is at most this many bytes sends it with its
+#: exit: most short jobs print a line or two, and fetching that over two log streams and an
+#: acknowledgement cost the broker three more calls to the agent per job.
+INLINE_OUTPUT_BYTES = 64 * 1024
+
+
+class InlineOutput(StrictModel):
+    """An exited attempt's complete output, from byte 0 of each stream (base64 in JSON:
+    output is bytes, not text)."""
+
+    model_config = ConfigDict(
+        **StrictModel.model_config, ser_json_bytes="base64", val_json_bytes="base64"
+    )
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+
+    def of(self, stream: str) -> bytes:
+        return self.stdout if stream == "stdout" else self.stderr
+
+
 class ExitEvent(StrictModel):
     """What the agent pushes when an attempt's leader process ends.
 
@@ -205,6 +226,9 @@ class ExitEvent(StrictModel):
     started_at: float
     finished_at: float
     max_rss_kib: int = 0
+    #: The attempt's whole output when it is small (at most `INLINE_OUTPUT_BYTES`) and its
+    #: streams had ended; otherwise None and the broker follows the log streams.
+    output: InlineOutput | None = None
 
 
 class AttemptStatus(StrictModel):
@@ -222,17 +246,20 @@ class StopRequest(StrictModel):
     kill: bool = False
 
 
-class ResetRequest(StrictModel):
-    #: How long the reset waits for the broker to acknowledge the exited attempt's output
-    #: before removing it (0: not at all; what was not acknowledged is reported as lost).
-    await_logs_s: Annotated[float, Field(ge=0, le=600)] = 0.0
-
-
 class LogAck(StrictModel):
     """The broker has stored each stream up to these byte offsets: the agent may drop them."""
 
     stdout: Annotated[int, Field(ge=0)] = 0
     stderr: Annotated[int, Field(ge=0)] = 0
+
+
+class ResetRequest(StrictModel):
+    #: How long the reset waits for the broker to acknowledge the exited attempt's output
+    #: before removing it (0: not at all; what was not acknowledged is reported as lost).
+    await_logs_s: Annotated[float, Field(ge=0, le=600)] = 0.0
+    #: The broker stored the exited attempt's output up to these offsets (it came with the
+    #: exit event): the acknowledgement rides on the reset instead of a call of its own.
+    logs: LogAck | None = None
 
 
 class LogAckResult(StrictModel):

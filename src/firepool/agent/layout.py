@@ -85,6 +85,19 @@ class PodLayout:
     def log_file(self, attempt: str, stream: str) -> Path:
         return self.logs / safe_name(attempt) / stream
 
+    def log_size(self, attempt: str, stream: str) -> int:
+        """Bytes of the stream so far (0 when the attempt wrote none)."""
+        try:
+            return self.log_file(attempt, stream).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def read_log(self, attempt: str, stream: str) -> bytes:
+        try:
+            return self.log_file(attempt, stream).read_bytes()
+        except FileNotFoundError:
+            return b""
+
     def tail(self, attempt: str, stream: str, size: int) -> bytes:
         try:
             with open(self.log_file(attempt, stream), "rb") as fh:

@@ -37,11 +37,13 @@ from firepool.agent.reset import ResetContext, verified_reset
 from firepool.agent.spawner import ZygoteClient, ZygoteExit
 from firepool.model import ACCELERATORS, ConflictError, NotFoundError, parse_attempt_id
 from firepool.protocol import (
+    INLINE_OUTPUT_BYTES,
     AgentConfig,
     AttemptPhase,
     AttemptStatus,
     ExitEvent,
     Health,
+    InlineOutput,
     IsolationMode,
     JobEnv,
     LaunchFailedError,
@@ -392,11 +394,12 @@ class Agent:
     def _on_exit(self, ev: ZygoteExit) -> None:
         with self._lock:
             attempt = self.current
+        output = None
         if attempt is not None and attempt.request.attempt == ev.attempt:
             # The output files complete before the exit is reported (a descendant still
             # holding a stream open is copied on, until the reset).
-            for output in attempt.outputs:
-                output.wait(_OUTPUT_DRAIN_S)
+            ended = all([o.wait(_OUTPUT_DRAIN_S) for o in attempt.outputs])
+            output = self._inline_output(attempt) if ended else None
         with self._lock:
             attempt = self.current
             if attempt is None or attempt.request.attempt != ev.attempt:
@@ -424,6 +427,7 @@ class Agent:
                 started_at=attempt.started_at,
                 finished_at=now,
                 max_rss_kib=ev.maxrss_kib,
+                output=output,
             )
             attempt.exited.set()
             if not self._unacked(attempt):
@@ -433,6 +437,21 @@ class Agent:
                 log.warning("exit of fenced attempt %s not reported", ev.attempt)
                 return
         self.events.push(event)
+
+    def _inline_output(self, attempt: Attempt) -> InlineOutput | None:
+        """The attempt's whole output when it is small enough to ride on the exit event."""
+        name = attempt.request.attempt
+        sizes = {s: self.layout.log_size(name, s) for s in ("stdout", "stderr")}
+        if sum(sizes.values()) > INLINE_OUTPUT_BYTES:
+            return None
+        try:
+            return InlineOutput(
+                stdout=self.layout.read_log(name, "stdout") if sizes["stdout"] else b"",
+                stderr=self.layout.read_log(name, "stderr") if sizes["stderr"] else b"",
+            )
+        except OSError as exc:
+            log.warning("output of %s not sent with its exit: %s", name, exc)
+            return None
 
     def _oom_verdict(
         self, attempt: Attempt, sig: int | None, code: int | None, maxrss_kib: int
@@ -519,14 +538,17 @@ class Agent:
 
     # ------------------------------------------------------------------ reset
 
-    def reset(self, await_logs_s: float = 0.0) -> ResetResult:
+    def reset(self, await_logs_s: float = 0.0, logs: LogAck | None = None) -> ResetResult:
         """Kill, wipe and verify. The exited attempt's output is kept until the broker has
-        acknowledged it, up to `await_logs_s`; what it had not is reported in the result."""
+        acknowledged it (`logs`, or a separate acknowledgement within `await_logs_s`); what
+        it had not is reported in the result."""
         with self._op:
             with self._lock:
                 cur = self.current
             unacked: dict[str, int] = {}
             if cur is not None and cur.launch is not None:
+                if logs is not None:
+                    self._acknowledge(cur, logs)
                 if cur.exit is not None and await_logs_s > 0:
                     cur.logs_acked.wait(await_logs_s)
                 unacked = self._unacked(cur)
@@ -597,7 +619,8 @@ class Agent:
             pid=cur.pid,
             mode=cur.mode,
             started_at=cur.started_at,
-            exit=cur.exit,
+            # Its output is stored by now (the reset followed the acknowledgement).
+            exit=cur.exit.model_copy(update={"output": None}),
         )
         while len(self.reset_attempts) > REMEMBERED_RESETS:
             self.reset_attempts.pop(next(iter(self.reset_attempts)))
@@ -607,13 +630,19 @@ class Agent:
     def ack_logs(self, attempt_id: str, ack: LogAck) -> LogAckResult:
         """The broker stored the attempt's streams up to these offsets (never moves back)."""
         cur = self._attempt(attempt_id)
+        complete = self._acknowledge(cur, ack)
+        with self._lock:
+            return LogAckResult(attempt=attempt_id, acked=dict(cur.acked), complete=complete)
+
+    def _acknowledge(self, cur: Attempt, ack: LogAck) -> bool:
+        """Whether the attempt exited with every byte of its output acknowledged."""
         with self._lock:
             for stream in ("stdout", "stderr"):
                 cur.acked[stream] = max(cur.acked.get(stream, 0), getattr(ack, stream))
             complete = cur.exit is not None and not self._unacked(cur)
             if complete:
                 cur.logs_acked.set()
-            return LogAckResult(attempt=attempt_id, acked=dict(cur.acked), complete=complete)
+            return complete
 
     def _unacked(self, cur: Attempt) -> dict[str, int]:
         out: dict[str, int] = {}

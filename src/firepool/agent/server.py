@@ -203,7 +203,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _reset(self, query: dict[str, list[str]]) -> None:
         req = ResetRequest.model_validate(self._body())
-        self._json(200, self.server.agent.reset(await_logs_s=req.await_logs_s))
+        self._json(200, self.server.agent.reset(await_logs_s=req.await_logs_s, logs=req.logs))
 
     def _ack_logs(self, query: dict[str, list[str]], attempt: str) -> None:
         ack = LogAck.model_validate(self._body())

@@ -109,16 +109,19 @@ class AgentClient:
             timeout=grace_s + 30.0,
         )
 
-    async def reset(self, *, await_logs_s: float = 0.0) -> ResetResult:
-        """Verified reset; `clean=False` means the pod must be deleted, never reused. The agent
-        keeps the exited attempt's output up to `await_logs_s` for its acknowledgement."""
-        if not await_logs_s:
+    async def reset(
+        self, *, await_logs_s: float = 0.0, logs: LogAck | None = None
+    ) -> ResetResult:
+        """Verified reset; `clean=False` means the pod must be deleted, never reused. `logs`
+        acknowledges the exited attempt's output the broker stored; otherwise the agent keeps
+        it up to `await_logs_s` for a separate acknowledgement."""
+        if not await_logs_s and logs is None:
             return await self._call("POST", "/v1/reset", ResetResult, b"{}", timeout=60.0)
         return await self._call(
             "POST",
             "/v1/reset",
             ResetResult,
-            ResetRequest(await_logs_s=await_logs_s),
+            ResetRequest(await_logs_s=await_logs_s, logs=logs),
             timeout=60.0 + await_logs_s,
         )
 

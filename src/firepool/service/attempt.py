@@ -13,7 +13,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -32,6 +32,7 @@ from firepool.model import (
 from firepool.protocol import (
     DependencyInstallFailedError,
     ExitEvent,
+    InlineOutput,
     LaunchRequest,
     LogAck,
     PackageRef,
@@ -88,6 +89,12 @@ class Running:
     #: When the first rank started (None until launched): the metrics' start latency.
     first_instruction: float | None = None
     log_pump: asyncio.Task[None] | None = None
+    #: Starts the log pump once the attempt has run `live_output_after_s` (cancelled when
+    #: it exited before: its output then came with the exit events).
+    pump_timer: asyncio.TimerHandle | None = None
+    #: Per pod, what the broker stored of the output that came with its exit event: the
+    #: reset acknowledges it (None: the pump acknowledges, or nothing was stored inline).
+    acks: dict[str, LogAck] | None = None
     marking: asyncio.Task[None] | None = None
     #: Pods whose agents stopped answering: never waited on again (stop, reset), deleted.
     lost: set[str] = field(default_factory=set)
@@ -110,6 +117,7 @@ class AttemptRunner:
         log_drain_s: float = 5.0,
         lost_after_polls: int = 3,
         resize_grace_s: float = 30.0,
+        live_output_after_s: float = 0.25,
         silence_s: Callable[[str], float | None] = lambda pool: None,
     ) -> None:
         self.store = store
@@ -122,6 +130,9 @@ class AttemptRunner:
         self.log_drain_s = log_drain_s
         self.lost_after_polls = lost_after_polls
         self.resize_grace_s = resize_grace_s
+        #: A running attempt's output is followed live only once it has run this long: a
+        #: shorter one sends its output with its exit (three calls to the agent fewer).
+        self.live_output_after_s = live_output_after_s
         #: A pool's agents' broker-silence bound (None: they never fence themselves).
         self.silence_s = silence_s
         #: The store's event-loop writes, when it has them (looked up once): the hot path's
@@ -186,6 +197,19 @@ class AttemptRunner:
             running.log_pump = asyncio.ensure_future(self._pump_logs(job, pods[0].name))
 
     async def drain_logs(self, running: Running) -> None:
+        """Have the attempt's whole output stored: from its exit events when every rank sent
+        it there and no pump had started, from the pump otherwise."""
+        if running.pump_timer is not None:
+            running.pump_timer.cancel()
+        if running.log_pump is None and running.launched:
+            sink = self.logs
+            outputs = _inline_outputs(running)
+            if outputs is not None and isinstance(sink, RankLogSink):
+                running.acks = await asyncio.to_thread(
+                    _store_inline, sink, running.job, outputs
+                )
+                return
+            self.start_log_pump(running)
         if running.log_pump is not None:
             # A terminal job's log is complete: the agent ends its follow stream at exit.
             with contextlib.suppress(TimeoutError):
@@ -218,7 +242,12 @@ class AttemptRunner:
         running.launched = True
         first = running.first_instruction = min(started)
         self.pods.spawn(self._record_start(job, first))
-        self.start_log_pump(running)
+        if isinstance(self.logs, RankLogSink):
+            running.pump_timer = asyncio.get_running_loop().call_later(
+                self.live_output_after_s, self.start_log_pump, running
+            )
+        else:
+            self.start_log_pump(running)
         return await self._wait_exit(running)
 
     async def _record_start(self, job: JobRecord, at: float) -> None:
@@ -392,16 +421,23 @@ class AttemptRunner:
             await self._stop_all(running, kill=True)
 
     async def reset(
-        self, lease: Lease, *, job: JobRecord | None = None, lost: Collection[str] = ()
+        self,
+        lease: Lease,
+        *,
+        job: JobRecord | None = None,
+        lost: Collection[str] = (),
+        acks: Mapping[str, LogAck] | None = None,
     ) -> list[str]:
         """Verified reset of every pod; any pod not confirmed clean is returned as unclean.
-        With `job` (the attempt's), each agent keeps the attempt's output until the pump has
-        acknowledged it (at most `log_drain_s`), and output it removed unacknowledged is
-        recorded in that rank's log: a loss is never silent. Pods in `lost` (their agents
-        stopped answering) are not waited on: they are unclean."""
+        With `job` (the attempt's), each agent keeps the attempt's output until it is
+        acknowledged: by `acks` (what was stored from the exit events) with the reset itself,
+        or else by the pump (waited for at most `log_drain_s`); output it removed
+        unacknowledged is recorded in that rank's log: a loss is never silent. Pods in `lost`
+        (their agents stopped answering) are not waited on: they are unclean."""
         ranks = {p.name: rank for rank, p in enumerate(lease.pods)}
         # Only a pump that acknowledges (a rank-aware store) is worth waiting for.
-        wait = self.log_drain_s if job is not None and isinstance(self.logs, RankLogSink) else 0.0
+        pumped = acks is None and job is not None and isinstance(self.logs, RankLogSink)
+        wait = self.log_drain_s if pumped else 0.0
 
         async def reset(pod: str) -> str | None:
             if pod in lost:
@@ -415,7 +451,8 @@ class AttemptRunner:
                     )
                 return pod
             try:
-                result = await self.pods.agent(pod).reset(await_logs_s=wait)
+                ack = acks.get(pod) if acks is not None else None
+                result = await self.pods.agent(pod).reset(await_logs_s=wait, logs=ack)
             except (FirepoolError, OSError, KeyError) as exc:
                 log.warning("reset of %s failed: %r", pod, exc)
                 return pod
@@ -564,6 +601,43 @@ class AttemptRunner:
 #: a dropped connection) before the pump gives up; the reset then records what was lost.
 _PUMP_TRIES = 5
 _PUMP_BACKOFF_S = 0.2
+
+
+def _inline_outputs(running: Running) -> dict[str, InlineOutput] | None:
+    """Every rank's output from its exit event, or None when any rank's did not carry it
+    (too large, still streaming, or no exit: a lost pod)."""
+    outputs: dict[str, InlineOutput] = {}  # in rank order
+    for pod in running.lease.pods:
+        fut = running.exits.get(pod.name)
+        if fut is None or not fut.done() or fut.cancelled() or fut.exception() is not None:
+            return None
+        output = fut.result().output
+        if output is None:
+            return None
+        outputs[pod.name] = output
+    return outputs
+
+
+def _store_inline(
+    sink: RankLogSink, job: JobRecord, outputs: dict[str, InlineOutput]
+) -> dict[str, LogAck]:
+    """Store each rank's inline output (from byte 0: a byte already stored is skipped) and
+    say what to acknowledge; a rank whose output could not be stored is not acknowledged,
+    so its reset reports the loss."""
+    acks: dict[str, LogAck] = {}
+    for rank, (pod, output) in enumerate(outputs.items()):
+        try:
+            stored = {
+                stream: sink.append_stream(job.id, job.retries, rank, stream, 0, data)
+                if (data := output.of(stream))
+                else 0
+                for stream in STREAMS
+            }
+        except OSError as exc:
+            log.warning("output of %s rank %d not stored: %r", job.attempt, rank, exc)
+            continue
+        acks[pod] = LogAck(stdout=stored["stdout"], stderr=stored["stderr"])
+    return acks
 
 
 def _topology(job: JobRecord) -> Topology:

@@ -610,7 +610,9 @@ class Broker:
 
     async def _finish(self, running: Running, end: AttemptEnd) -> None:
         await self.runner.drain_logs(running)
-        unclean = await self.runner.reset(running.lease, job=running.job, lost=running.lost)
+        unclean = await self.runner.reset(
+            running.lease, job=running.job, lost=running.lost, acks=running.acks
+        )
         if running.log_pump is not None and not running.log_pump.done():
             running.log_pump.cancel()  # a lost pod's stream: the reset recorded what was lost
         job_id = running.ticket.job

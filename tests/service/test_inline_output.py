@@ -33,6 +33,9 @@ def _count_pumps(broker: BrokerThread) -> list[str]:
 
 def test_a_short_jobs_output_comes_with_its_exit_and_no_pump_runs(broker: BrokerThread) -> None:
     started = _count_pumps(broker)
+    # "Short" whatever the machine's load: the pump would start only after a minute.
+    runner = broker.embedded.broker.runner
+    broker.call(lambda: setattr(runner, "live_output_after_s", 60.0))
     body = "import sys; print('hello'); sys.stderr.buffer.write(b'bin\\xff\\n')"
     with broker.client() as c:
         job = run(c, command=[sys.executable, "-c", body])
@@ -46,6 +49,8 @@ def test_a_short_jobs_output_comes_with_its_exit_and_no_pump_runs(broker: Broker
 
 def test_output_too_large_for_the_exit_event_is_pumped_whole(broker: BrokerThread) -> None:
     started = _count_pumps(broker)
+    runner = broker.embedded.broker.runner
+    broker.call(lambda: setattr(runner, "live_output_after_s", 60.0))  # pumped for its size
     size = INLINE_OUTPUT_BYTES + 1000
     body = f"import sys; sys.stdout.write('x' * {size})"
     with broker.client() as c:

@@ -136,3 +136,55 @@ def test_wait_s_is_published_with_its_bounds(api: Api) -> None:
     bounds = next(s for s in param["schema"]["anyOf"] if s.get("type") == "number")
     assert (bounds["minimum"], bounds["maximum"]) == (0, 60)
     assert "422" in operation["responses"]
+
+
+class ParkedSubmit(Parked):
+    """`POST /v1/jobs?wait_s=N` on a thread of its own: submit and wait in one request."""
+
+    def __init__(self, client: httpx.Client, body: dict[str, Any], wait_s: float = HELD) -> None:
+        self.body = body
+        super().__init__(client, "", wait_s)
+
+    def _run(self, client: httpx.Client, job_id: str, wait_s: float) -> None:
+        self.response = client.post(
+            "/v1/jobs", json=self.body, params={"wait_s": wait_s}, timeout=HELD + 30
+        )
+
+    def answer(self) -> dict[str, Any]:
+        self._thread.join(timeout=HELD + 30)
+        assert self.response is not None, "the submission never answered"
+        assert self.response.status_code == 201, self.response.text
+        body: dict[str, Any] = self.response.json()
+        return body
+
+
+def test_a_waiting_submission_answers_with_the_verdict(api: Api) -> None:
+    parked = ParkedSubmit(api.alice, {**JOB, "request_id": "once"})
+    parked_count_reaches(api, 1)  # created, then parked on its own job
+    (queued,) = api.store.list_jobs(caller="alice")
+    start(api, queued.id)
+    running = api.store.get(queued.id)
+    assert running is not None
+    api.hooks.job_finished(api.store.finish(running, JobState.FAILED, now=9.0, exit_code=3))
+    body = parked.answer()
+    assert body["id"] == queued.id and body["state"] == "FAILED" and body["exit_code"] == 3
+    assert time.monotonic() - parked.sent < HELD
+    # The same request id again: the first job, answered at once since it is terminal.
+    again = api.alice.post("/v1/jobs", json={**JOB, "request_id": "once"}, params={"wait_s": 5})
+    assert again.status_code == 200 and again.json()["id"] == queued.id
+    assert again.json()["state"] == "FAILED"
+
+
+def test_a_waiting_submission_answers_queued_when_its_wait_runs_out(api: Api) -> None:
+    response = api.alice.post("/v1/jobs", json=JOB, params={"wait_s": 0.2})
+    assert response.status_code == 201
+    assert response.json()["state"] == "QUEUED"
+    assert len(api.context.waiters) == 0
+
+
+@pytest.mark.parametrize("wait_s", ["-1", "61", "soon"])
+def test_a_submissions_bad_wait_is_refused_and_nothing_is_queued(api: Api, wait_s: str) -> None:
+    response = api.alice.post("/v1/jobs", json=JOB, params={"wait_s": wait_s})
+    assert response.status_code == 422
+    assert response.json()["field"] == "wait_s"
+    assert api.alice.get("/v1/jobs").json()["jobs"] == []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from firepool.client import AsyncClient, Client
+from firepool.client import AsyncClient, Client, WaitTimeoutError
 from firepool.model import AcquisitionPath, ErrorCode, JobState
 from firepool.testing.service import BrokerThread
 
@@ -111,3 +111,33 @@ def test_async_agents_follow_their_own_logs(embedded: BrokerThread, package: Pat
             return list(await asyncio.gather(agent(client, 0), agent(client, 4)))
 
     assert asyncio.run(main()) == [("working on ['0']\n", 0), ("working on ['4']\n", 4)]
+
+
+def test_run_of_a_short_job_is_one_request(embedded: BrokerThread) -> None:
+    """The submission waits for the job's end (`wait_s`), so no second request polls."""
+    sent: list[str] = []
+    with Client(embedded.url, embedded.token) as client:
+        client._http.event_hooks["request"].append(lambda r: sent.append(f"{r.method} {r.url}"))
+        job = client.run("cpu", ["python", "-c", "pass"], wait_timeout=60)
+    assert job.state is JobState.SUCCEEDED
+    assert len(sent) == 1 and sent[0].startswith("POST ") and "wait_s=30" in sent[0]
+
+
+def test_async_run_of_a_job_outlasting_its_timeout_raises_and_the_job_runs_on(
+    embedded: BrokerThread,
+) -> None:
+    """The submission's own wait is bounded by `wait_timeout`: past it, `run` raises
+    `WaitTimeoutError` and the job keeps running (it is not cancelled)."""
+
+    async def main() -> str:
+        async with AsyncClient(embedded.url, embedded.token) as client:
+            began = time.monotonic()
+            with pytest.raises(WaitTimeoutError) as raised:
+                await client.run(
+                    "cpu", ["python", "-c", "import time; time.sleep(3)"], wait_timeout=0.5
+                )
+            assert time.monotonic() - began < 2.5  # not held until the job's end
+            job = await client.wait(raised.value.job_id, timeout=60)
+            return job.state.value
+
+    assert asyncio.run(main()) == "SUCCEEDED"

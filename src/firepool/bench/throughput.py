@@ -5,8 +5,8 @@
 The broker runs as `firepool serve` does (embedded: uvicorn on 127.0.0.1 port 0, SQLite or
 `--store URL`, real local process pods) in a child process of its own, so its CPU time can be
 read from /proc without the callers' share. This process is the callers: `--callers` asyncio
-tasks, each with its own token and SDK `AsyncClient`, each submitting `python -c pass` and
-waiting for it (`submit` + `wait`, as `client.run` does) back to back.
+tasks, each with its own token and SDK `AsyncClient`, each running `python -c pass` with
+`client.run` back to back (one request per job: the submission waits for the job's end).
 
 The `cpu` pool has floor = ceiling = `--pods`, created before anything is timed. A used pod
 only ever serves its own caller again (owner-only reuse), so with more callers than pods the
@@ -208,15 +208,16 @@ async def _scraper(url: str, every: float, stop_at: float, tally: _Tally) -> Non
 
 
 async def _caller(url: str, token: str, stop_at: float, tally: _Tally) -> None:
-    """One caller: submit, wait for the terminal state, repeat until `stop_at`."""
+    """One caller: `run` (submit and wait for the terminal state), until `stop_at`."""
     from firepool.client import AsyncClient
 
     async with AsyncClient(url, token, timeout=60.0) as client:
         while time.time() < stop_at:
             try:
-                job = await client.submit("cpu", list(COMMAND), lease_tag="bench")
                 tally.submitted += 1
-                job = await client.wait(job.id, timeout=120.0)
+                job = await client.run(
+                    "cpu", list(COMMAND), lease_tag="bench", wait_timeout=120.0
+                )
             except Exception as err:  # counted and reported, never hidden
                 tally.errors.append(f"{type(err).__name__}: {err}")
                 await asyncio.sleep(0.1)

@@ -26,7 +26,7 @@ from firepool.client import calls
 from firepool.client.base import DEFAULT_RETRY_S, DEFAULT_TIMEOUT, ClientBase, is_digest
 from firepool.client.errors import WaitTimeoutError, unreachable
 from firepool.client.packaging import load_package
-from firepool.client.polling import LogCursor, Step, Waiting
+from firepool.client.polling import LogCursor, Step, Waiting, first_wait
 from firepool.client.retry import Retrying
 from firepool.client.session import AsyncClientSession, session_defaults
 from firepool.model import JobSpec, JobState, PoolSpec
@@ -99,6 +99,16 @@ class AsyncClient(ClientBase):
         self, pool: str, command: Sequence[str], **options: Unpack[calls.SubmitOptions]
     ) -> JobOut:
         """Submit a job and return its record (QUEUED). See `SubmitOptions` for the fields."""
+        return await self._submit(pool, command, options, wait_s=None)
+
+    async def _submit(
+        self,
+        pool: str,
+        command: Sequence[str],
+        options: calls.SubmitOptions,
+        *,
+        wait_s: float | None,
+    ) -> JobOut:
         package = options.get("package")
         digest = None if package is None else await self.upload_package(package)
         body = calls.submit_body(
@@ -108,7 +118,7 @@ class AsyncClient(ClientBase):
             package_digest=digest,
             session=session_defaults(self._session_key),
         )
-        return await self._send(calls.submit(body))
+        return await self._send(calls.submit(body, wait_s=wait_s))
 
     async def submit_spec(self, spec: JobSpec | Mapping[str, Any]) -> JobOut:
         """Submit a prepared spec as it is (no session defaults, no package upload)."""
@@ -180,9 +190,14 @@ class AsyncClient(ClientBase):
         wait_timeout: float | None = None,
         **options: Unpack[calls.SubmitOptions],
     ) -> JobOut:
-        """Submit and wait: the finished job, with its exit code and acquisition paths."""
-        job = await self.submit(pool, command, **options)
-        return await self.wait(job.id, timeout=wait_timeout)
+        """Submit and wait: the finished job, with its exit code and acquisition paths. The
+        submission itself waits (`wait_s`), so a short job costs one request."""
+        started = time.monotonic()
+        job = await self._submit(pool, command, options, wait_s=first_wait(wait_timeout))
+        if job.state.terminal:
+            return job
+        left = None if wait_timeout is None else wait_timeout - (time.monotonic() - started)
+        return await self.wait(job.id, timeout=left)
 
     async def logs(
         self, job_id: str, *, follow: bool = False, attempt: int | None = None, rank: int = 0

@@ -73,7 +73,7 @@ class Route:
 
 
 ROUTES: dict[str, Route] = {
-    "submit": Route("POST", "/v1/jobs", body=JobSpec, result=JobOut),
+    "submit": Route("POST", "/v1/jobs", body=JobSpec, query=frozenset({"wait_s"}), result=JobOut),
     "list": Route(
         "GET",
         "/v1/jobs",
@@ -131,16 +131,29 @@ def _call(name: str, result: type[ModelT], /, **path: str) -> Call[ModelT]:
     return Call(route.method, url, result, retry=route.method == "GET" or name in IDEMPOTENT)
 
 
-def submit(body: Mapping[str, Any] | JobSpec) -> Call[JobOut]:
+def submit(body: Mapping[str, Any] | JobSpec, *, wait_s: float | None = None) -> Call[JobOut]:
     """A submission. A `JobSpec` is sent as validated; a mapping is sent as it is, so the
     broker (not the SDK) names a misspelt field. Without a `request_id` it gets a fresh one:
     a submission retried after a lost answer (a 503, the store restarting) then returns the
-    job the first try created instead of queueing it twice."""
+    job the first try created instead of queueing it twice. With `wait_s`, the broker holds
+    the answer until the job is terminal or `wait_s` passed (`run`: one request for a short
+    job)."""
     payload = body.model_dump(mode="json") if isinstance(body, JobSpec) else dict(body)
     if payload.get("request_id") is None:
         payload["request_id"] = f"sdk-{uuid.uuid4().hex}"
     call = _call("submit", JobOut)
-    return Call(call.method, call.path, JobOut, json=payload, retry=call.retry)
+    if not wait_s:
+        return Call(call.method, call.path, JobOut, json=payload, retry=call.retry)
+    params = (("wait_s", f"{wait_s:g}"),)
+    return Call(
+        call.method,
+        call.path,
+        JobOut,
+        json=payload,
+        params=params,
+        hold_s=wait_s,
+        retry=call.retry,
+    )
 
 
 def get(job_id: str, *, wait_s: float | None = None) -> Call[JobOut]:

@@ -83,6 +83,11 @@ class LogCursor:
 LONG_POLL_S = 30.0
 
 
+def first_wait(timeout: float | None) -> float:
+    """How long `run`'s submission asks the broker to hold its answer for the job's end."""
+    return LONG_POLL_S if timeout is None else max(0.0, min(LONG_POLL_S, timeout))
+
+
 @dataclass(slots=True)
 class Waiting:
     """`wait()`'s decisions, shared by both clients: ask with `wait_s` (a long poll, one

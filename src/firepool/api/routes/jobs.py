@@ -37,10 +37,27 @@ JobId = Annotated[str, Query(min_length=1, max_length=64)]
     },
     openapi_extra=AUTHED,
 )
-async def submit_job(spec: JobSpec, session: Authed) -> Response:
-    """Submit a job. With `request_id`, a retried submission returns the first job (200)."""
+async def submit_job(
+    spec: JobSpec,
+    session: Authed,
+    wait_s: Annotated[
+        float | None,
+        Query(
+            ge=0,
+            le=MAX_WAIT_S,
+            description="Submit and wait: hold the answer until the job is terminal, at most "
+            f"this many seconds (0 to {MAX_WAIT_S:g}), then answer with the job as it stands. "
+            "A short job's submission and result in one request.",
+        ),
+    ] = None,
+) -> Response:
+    """Submit a job. With `request_id`, a retried submission returns the first job (200).
+    With `wait_s`, the answer waits for the job's end as `GET /v1/jobs/{id}?wait_s` does."""
     submitted = await service.submit(session.context, session.caller, spec)
-    return json_response(JobOut.of(submitted.job), 201 if submitted.created else 200)
+    job = submitted.job
+    if wait_s and not job.state.terminal:
+        job = await service.get_own_waiting(session.context, session.caller, job.id, wait_s)
+    return json_response(JobOut.of(job), 201 if submitted.created else 200)
 
 
 @router.get("", response_model=JobListOut, responses=errors(401, 422), openapi_extra=AUTHED)

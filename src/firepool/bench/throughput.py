@@ -478,9 +478,11 @@ def run_once(
         # interpreters and the jobs they forked) and this process (the callers' SDK clients).
         "pods_cpu_ms_per_job": cpu.pods / jobs * ms if jobs else float("nan"),
         "callers_cpu_ms_per_job": cpu.callers / jobs * ms if jobs else float("nan"),
-        # What the broker's API served per job: the callers' submissions and polls (the SDK's
-        # `wait`), and the pods' exit events.
+        # What the broker's API served per job: the callers' submissions (each waiting for
+        # its job's end) and polls (a `run` whose submission's wait ran out), and the pods'
+        # exit events.
         "requests_per_job": sum(tally.requests.values()) / jobs if jobs else float("nan"),
+        "submissions_per_job": tally.requests["POST /v1/jobs"] / jobs if jobs else float("nan"),
         "polls_per_job": tally.requests["GET /v1/jobs/{job_id}"] / jobs if jobs else float("nan"),
         "exit_events_per_job": (
             tally.requests["POST /internal/v1/events"] / jobs if jobs else float("nan")
@@ -580,9 +582,9 @@ def main(argv: list[str]) -> int:
                 "",
             ),
             (
-                "API requests per job (polls / exit events)",
-                f"{r['requests_per_job']:.2f} ({r['polls_per_job']:.2f} / "
-                f"{r['exit_events_per_job']:.2f})",
+                "API requests per job (submissions / polls / exit events)",
+                f"{r['requests_per_job']:.2f} ({r['submissions_per_job']:.2f} / "
+                f"{r['polls_per_job']:.2f} / {r['exit_events_per_job']:.2f})",
                 "",
             ),
             ("caller errors", str(r["errors"]), "0"),

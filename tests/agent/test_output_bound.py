@@ -50,3 +50,22 @@ def test_output_within_the_bound_is_kept_whole(pod: Pod) -> None:
     event, out = pod.loop.run(run_job(pod.client, "bound-2:0", py(f"print({line!r})")))
     assert event.exit_code == 0 and out == line + "\n"  # exactly the bound: no marker
     assert pod.loop.run(pod.client.reset()).clean
+
+
+def test_a_fast_jobs_exit_carries_its_whole_output(pod: Pod) -> None:
+    """A job can exit before the launch has started its output copiers; its exit event must
+    still wait for them and carry every byte (it once carried an empty output, and the
+    reset then reported the bytes as lost). Many fast jobs, so the race is met."""
+
+    async def jobs() -> list[tuple[str, bytes | None, bytes | None]]:
+        seen = []
+        for i in range(60):
+            event, _ = await run_job(pod.client, f"fast-{i}:0", py(f"print({i})"))
+            result = await pod.client.reset()
+            assert result.clean, result.reason
+            expected = f"{i}\n".encode()
+            seen.append((event.attempt, expected, event.output and event.output.stdout))
+        return seen
+
+    for attempt, expected, carried in pod.loop.run(jobs()):
+        assert carried == expected, attempt

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 
 log = logging.getLogger("firepool.agent")
@@ -46,6 +47,9 @@ class BoundedStream:
         self.pipe = path.with_name(f"{path.name}.pipe")
         self.dropped = 0
         self.done = threading.Event()
+        #: Set once the copier runs (or will never run): a fast job's exit can reach the
+        #: agent before the launch has started the copiers, and must wait for them.
+        self._decided = threading.Event()
         self._thread: threading.Thread | None = None
         with contextlib.suppress(FileNotFoundError):
             self.pipe.unlink()
@@ -60,13 +64,21 @@ class BoundedStream:
             target=self._copy, name=f"output-{self.stream}", daemon=True
         )
         self._thread.start()
+        self._decided.set()
 
     def abandon(self) -> None:
         """The job never started: nothing will be written."""
         self._close()
+        self._decided.set()
 
     def wait(self, timeout: float) -> bool:
-        return self.done.wait(timeout) if self._thread is not None else True
+        """Whether the stream reached its end (the file is complete) within `timeout`."""
+        deadline = time.monotonic() + timeout
+        if not self._decided.wait(timeout):
+            return False
+        if self._thread is None:
+            return True
+        return self.done.wait(max(0.0, deadline - time.monotonic()))
 
     def _copy(self) -> None:
         kept = os.fstat(self._out).st_size

@@ -598,6 +598,8 @@ class Broker:
         like a lost pod: retried within `max_retries` under a new attempt id."""
         job_id = running.ticket.job
         self.running.pop(job_id, None)
+        if running.pump_timer is not None:
+            running.pump_timer.cancel()  # no pump for an attempt nobody waits on
         if job_id not in self.core.running:
             return  # it had reported already (the crash came after)
         end = AttemptEnd(

@@ -52,6 +52,7 @@ def ensure(req: RequirementsRef, site: Path, work: Path, log_path: Path,
     for old in markers(site):
         old.unlink()
     req_file = log_path.with_name("requirements.txt")  # beside the log, not in the package
+    req_file.parent.mkdir(parents=True, exist_ok=True)  # the attempt's log dir: made lazily
     req_file.write_text(req.text)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIREPOOL_")}
     env["HOME"] = str(work)

@@ -4,6 +4,7 @@
     <pod_dir>/tmp        TMPDIR in weak mode                       (emptied by reset)
     <pod_dir>/gpu        per-attempt GPU accounting files          (emptied by reset)
     <pod_dir>/logs       <attempt>/stdout, stderr, install.log     (emptied by reset)
+                         each made when first written: absent means empty
     <pod_dir>/site       requirements installed for this pod       (kept: owner-only reuse)
     <pod_dir>/cache      verified package archives                 (kept: read-only cache)
 
@@ -78,9 +79,9 @@ class PodLayout:
             os.chmod(self.tmp, 0o700)
 
     def attempt_logs(self, attempt: str) -> Path:
-        path = self.logs / safe_name(attempt)
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        """The attempt's log directory, not created: whatever first writes there does (most
+        attempts of short jobs never need one). A missing file is an empty log."""
+        return self.logs / safe_name(attempt)
 
     def log_file(self, attempt: str, stream: str) -> Path:
         return self.logs / safe_name(attempt) / stream

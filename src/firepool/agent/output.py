@@ -1,15 +1,24 @@
 """An attempt's stdout or stderr, kept on the pod up to a bound, with a marker past it.
 
-The job writes into a FIFO, not a file: a copier thread moves what arrives into the stream's
-file until the bound, then writes one marker line saying how much was kept and drops the rest
-(still reading it, so the job never blocks on a full pipe). The pod's disk is then bounded
-whatever a job prints, and a truncated log says so where its reader will look: the marker
-travels to the broker with the output, so the job's stored log records the loss.
+The job writes into an anonymous pipe, not a file: a copier thread moves what arrives into the
+stream's file until the bound, then writes one marker line saying how much was kept and drops
+the rest (still reading it, so the job never blocks on a full pipe). The pod's disk is then
+bounded whatever a job prints, and a truncated log says so where its reader will look: the
+marker travels to the broker with the output, so the job's stored log records the loss.
 
-The agent opens the read end before the job starts (so the job's open of the write end does
-not block) and waits, at the exit, for the copier to reach the end of the stream: the file is
-complete before the exit is reported. A descendant that keeps the stream open past that wait
-keeps being copied, until the pod's reset kills it.
+The pipe has no name: the agent hands its write end to the warm interpreter with the spawn
+request (see zygote.py), so nothing is created in the file system for it, and the job holds a
+descriptor, never a path into the agent's log directory. The file, and the attempt's log
+directory, are created on the first byte: most short jobs print nothing to stderr, many
+nothing at all, and each file made and wiped is an inode allocated and freed on the pod's disk
+per attempt. Every reader takes a missing file for an empty stream.
+
+The agent keeps its copy of the write end until the job holds one (the copier must not see the
+end of the stream before), and waits, at the exit, for the copier to reach that end: the file
+is complete before the exit is reported. A descendant that keeps the stream open past that
+wait keeps being copied, until the pod's reset kills it; the reset first seals the stream
+(`seal`), so output arriving then may go on into a file already open, which the reset removes,
+but never makes a new one beside the files it wipes.
 """
 
 from __future__ import annotations
@@ -18,7 +27,6 @@ import contextlib
 import logging
 import os
 import threading
-import time
 from pathlib import Path
 
 log = logging.getLogger("firepool.agent")
@@ -38,52 +46,72 @@ def marker(stream: str, kept: int) -> bytes:
 
 
 class BoundedStream:
-    """One stream of one attempt: `path` is the file readers see, `pipe` the job's end."""
+    """One stream of one attempt: `path` is the file readers see (once there is output),
+    `writer` the job's end of the pipe until the job holds it."""
 
     def __init__(self, path: Path, stream: str, max_bytes: int) -> None:
         self.path = path
         self.stream = stream
         self.max_bytes = max_bytes
-        self.pipe = path.with_name(f"{path.name}.pipe")
-        self.dropped = 0
+        self.dropped = 0  # past the bound
+        self.discarded = 0  # after the seal, with no file to keep it in
         self.done = threading.Event()
-        #: Set once the copier runs (or will never run): a fast job's exit can reach the
-        #: agent before the launch has started the copiers, and must wait for them.
-        self._decided = threading.Event()
         self._thread: threading.Thread | None = None
-        with contextlib.suppress(FileNotFoundError):
-            self.pipe.unlink()
-        os.mkfifo(self.pipe, 0o600)
-        self._read = os.open(self.pipe, os.O_RDONLY | os.O_NONBLOCK)
-        self._out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._read, writer = os.pipe2(os.O_CLOEXEC)
+        self.writer: int | None = writer
+        self._out: int | None = None
+        #: Held while the file is created, so `seal` cannot slip between the check and it.
+        self._create = threading.Lock()
+        self._sealed = False
 
     def start(self) -> None:
-        """Copy, once the job holds the write end (before it, a read would see the end)."""
-        os.set_blocking(self._read, True)
+        """Copy, once the job holds the write end: ours is closed, so the end of the stream
+        comes when the job and every descendant holding it have closed theirs."""
+        self._close_writer()
         self._thread = threading.Thread(
             target=self._copy, name=f"output-{self.stream}", daemon=True
         )
         self._thread.start()
-        self._decided.set()
 
     def abandon(self) -> None:
         """The job never started: nothing will be written."""
+        self._close_writer()
         self._close()
-        self._decided.set()
+        self.done.set()
 
     def wait(self, timeout: float) -> bool:
-        """Whether the stream reached its end (the file is complete) within `timeout`."""
-        deadline = time.monotonic() + timeout
-        if not self._decided.wait(timeout):
-            return False
-        if self._thread is None:
-            return True
-        return self.done.wait(max(0.0, deadline - time.monotonic()))
+        """Until the copier reached the end of the stream. Also before `start`: the job's exit
+        can be reported before the launch has started the copier."""
+        return self.done.wait(timeout)
+
+    def seal(self) -> None:
+        """No file is created from now on (the reset is about to wipe the log directory);
+        output with no file yet is dropped, as the reset would remove it anyway."""
+        with self._create:
+            self._sealed = True
+
+    def _open_file(self) -> int | None:
+        with self._create:
+            if self._sealed:
+                return None
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+            try:
+                return os.open(self.path, flags, 0o600)
+            except FileNotFoundError:  # the attempt's first output: its directory too
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                return os.open(self.path, flags, 0o600)
 
     def _copy(self) -> None:
-        kept = os.fstat(self._out).st_size
+        kept = 0
         try:
             while data := os.read(self._read, _CHUNK):
+                if self._out is None and not self._sealed:
+                    self._out = self._open_file()
+                    if self._out is not None:
+                        kept = os.fstat(self._out).st_size
+                if self._out is None:
+                    self.discarded += len(data)
+                    continue
                 room = self.max_bytes - kept
                 if room > 0:
                     os.write(self._out, data[:room])
@@ -99,12 +127,19 @@ class BoundedStream:
         finally:
             if self.dropped:
                 log.warning("%s: dropped %d bytes past the bound", self.path, self.dropped)
+            if self.discarded:
+                log.warning("%s: %d bytes came after the reset", self.path, self.discarded)
             self._close()
             self.done.set()
 
+    def _close_writer(self) -> None:
+        if self.writer is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.writer)
+            self.writer = None
+
     def _close(self) -> None:
         for fd in (self._read, self._out):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        with contextlib.suppress(OSError):
-            self.pipe.unlink()
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)

@@ -248,7 +248,7 @@ class Agent:
                 return dup
             t0 = time.perf_counter()
             self.scratch.wait_released()  # the last reset's scratch memory is back
-            attempt_dir = self.layout.attempt_logs(req.attempt)
+            attempt_dir = self.layout.attempt_logs(req.attempt)  # made when first needed
             package_cached = requirements_cached = False
             if self.zygote_threads is None and self.zygote.ready.is_set():
                 self.zygote_threads = procfs.thread_count(self.zygote.pid)
@@ -283,8 +283,6 @@ class Agent:
                 "argv": argv,
                 "env": self._job_env(req),
                 "cwd": str(self.layout.work),
-                "stdout": str(attempt.outputs[0].pipe),
-                "stderr": str(attempt.outputs[1].pipe),
                 "sys_path": [str(self.layout.site)],
                 "rlimit_as": self.cgroups.rlimit_as,
                 "rlimits": self.rlimits,
@@ -294,7 +292,7 @@ class Agent:
             }
             attempt.started_at = time.time()
             try:
-                pid, mono = self.zygote.spawn(spawn)
+                pid, mono = self.zygote.spawn(spawn, _writers(attempt.outputs))
             except LaunchFailedError:
                 for output in attempt.outputs:
                     output.abandon()
@@ -583,7 +581,7 @@ class Agent:
                 shared_dirs=self.shared_dirs if self.scratch.mode is IsolationMode.WEAK else [],
                 mounts_expected=self.mounts_expected,
                 zygote_threads=self.zygote_threads,
-                detach=self.attacher.detach_all,
+                detach=self._detach_attempt,
                 mqueues=self.mqueues,
                 pids_confined=self._pids_confined(),
             )
@@ -607,6 +605,17 @@ class Agent:
             if not result.clean:
                 log.warning("reset unclean after %.2f ms: %s", result.duration_ms, result.reason)
             return result
+
+    def _detach_attempt(self) -> None:
+        """What the attempt holds outside its processes, let go before the reset wipes: its
+        output streams create no file from now on (one made after the wipe would survive
+        it), its checkpoint directory is unbound."""
+        with self._lock:
+            cur = self.current
+        if cur is not None:
+            for output in cur.outputs:
+                output.seal()
+        self.attacher.detach_all()
 
     def _remember_reset(self, cur: Attempt) -> None:
         """Keep an attempt's exit past its reset (the last few, under the lock): a broker
@@ -705,6 +714,12 @@ class Agent:
         self.zygote.close()
         self.events.close()
         self.cgroups.remove()
+
+
+def _writers(outputs: list[BoundedStream]) -> tuple[int, int]:
+    out, err = (output.writer for output in outputs)
+    assert out is not None and err is not None  # not started yet
+    return out, err
 
 
 def _below_hard(which: int, value: int) -> int:

@@ -14,7 +14,8 @@ import re
 import socket
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ValidationError
@@ -235,29 +236,34 @@ class Handler(BaseHTTPRequestHandler):
             b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
+        # The file appears with the stream's first byte (output.py): until then it is empty.
+        fh = _open_log(path, offset)
         try:
-            fh = open(path, "rb")  # noqa: SIM115
-        except FileNotFoundError:
-            fh = None
-        try:
-            if fh is not None:
-                fh.seek(offset)
             while True:
                 data = fh.read(1 << 16) if fh is not None else b""
                 if data:
                     self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                     continue
                 if not follow or agent.status(attempt).phase is AttemptPhase.EXITED:
+                    fh = fh or _open_log(path, offset)  # made since we last looked
                     if fh is not None and (rest := fh.read()):
                         self.wfile.write(f"{len(rest):x}\r\n".encode() + rest + b"\r\n")
                     break
                 agent.wait_exit(attempt, 0.05)  # new output is polled; the exit wakes us
-                if fh is None and path.exists():
-                    fh = open(path, "rb")  # noqa: SIM115
-                    fh.seek(offset)
+                fh = fh or _open_log(path, offset)
         except NotFoundError:
             pass  # reset removed the attempt while we followed it
         finally:
             if fh is not None:
                 fh.close()
         self.wfile.write(b"0\r\n\r\n")
+
+
+def _open_log(path: Path, offset: int) -> BinaryIO | None:
+    """The log file from `offset`, or None while the stream has not written a byte."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115
+    except FileNotFoundError:
+        return None
+    fh.seek(offset)
+    return fh

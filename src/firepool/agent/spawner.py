@@ -72,8 +72,12 @@ class ZygoteClient:
             with self._send_lock:
                 self._sock.sendall(line)
 
-    def spawn(self, request: dict[str, Any], timeout: float = 30.0) -> tuple[int, float]:
-        """Start a process through the zygote; returns (pid, monotonic start time)."""
+    def spawn(
+        self, request: dict[str, Any], streams: tuple[int, int], timeout: float = 30.0
+    ) -> tuple[int, float]:
+        """Start a process through the zygote with `streams` (write ends of pipes) as its
+        stdout and stderr; returns (pid, monotonic start time). The caller keeps its own
+        copies of `streams` and closes them."""
         if not self.ready.wait(timeout):
             raise LaunchFailedError("the warm interpreter is not ready yet")
         pending = _Pending()
@@ -82,7 +86,9 @@ class ZygoteClient:
         try:
             line = json.dumps({"op": "spawn", **request}).encode() + b"\n"
             with self._send_lock:
-                self._sock.sendall(line)
+                sent = socket.send_fds(self._sock, [line], list(streams))
+                if sent < len(line):  # a signal cut the send short: the rest, fds are in
+                    self._sock.sendall(line[sent:])
             if not pending.done.wait(timeout):
                 raise LaunchFailedError("the warm interpreter did not answer the spawn request")
         except OSError as exc:

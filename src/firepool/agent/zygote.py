@@ -8,9 +8,14 @@ parent (and child subreaper) of every job process, so it reaps them and reports 
 and peak RSS to the agent over a socketpair, one JSON object per line.
 
 Requests:  {"op": "join", "cgroup_procs": [...]}   (once, before any spawn)
-           {"op": "spawn", "id", "mode": "fork"|"exec", "argv", "env", "cwd", "stdout",
-            "stderr", "sys_path": [...], "rlimit_as": int|null, "uid": int|null, "gid": int|null,
+           {"op": "spawn", "id", "mode": "fork"|"exec", "argv", "env", "cwd",
+            "sys_path": [...], "rlimit_as": int|null, "uid": int|null, "gid": int|null,
             "rlimits": {"NOFILE": int, "NPROC": int}, "own_proc": bool}
+           A spawn line comes with two descriptors (SCM_RIGHTS, sent with the line in one
+           sendmsg): the write ends of the job's stdout and stderr pipes, in that order. The
+           child makes them its 1 and 2; the zygote closes its copies once it forked, so the
+           agent, which closes its own at `spawned`, sees the end of each stream when the job
+           and its descendants are done with it. No path is opened on the job's behalf.
 Events:    {"ev": "ready", "pid", "modules", "failed", "own_proc"}
            {"ev": "joined", "ok", "error"}
            {"ev": "spawned", "id", "pid", "t"} | {"ev": "spawn_error", "id", "message"}
@@ -21,6 +26,7 @@ PID namespace (see pidns.py) and its forks return the namespace's pids.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import ctypes
 import gc
@@ -43,6 +49,11 @@ from typing import Any
 
 from firepool.agent import pidns
 from firepool.agent.entry import python_entry, sys_argv_for
+
+#: Room for the descriptors of one sendmsg (the kernel ends a read after a message carrying
+#: descriptors, so one read never holds two spawn requests' worth).
+_FD_SIZE = array.array("i").itemsize
+_FDS_SPACE = socket.CMSG_SPACE(8 * _FD_SIZE)
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
@@ -98,7 +109,9 @@ def start_process(
 # --------------------------------------------------------------------------- in the child
 
 
-def _child_setup(req: dict[str, Any], errpipe: int, cgroups: list[str]) -> None:
+def _child_setup(
+    req: dict[str, Any], errpipe: int, cgroups: list[str], streams: tuple[int, int]
+) -> None:
     os.setsid()
     if req.get("own_proc"):
         pidns.give_job_own_proc()
@@ -112,11 +125,9 @@ def _child_setup(req: dict[str, Any], errpipe: int, cgroups: list[str]) -> None:
     if limit:
         resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
     null = os.open(os.devnull, os.O_RDONLY)
-    out = os.open(req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    err = os.open(req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(null, 0)
-    os.dup2(out, 1)
-    os.dup2(err, 2)
+    os.dup2(streams[0], 1)  # received descriptors are >= 3: 0, 1 and 2 were taken
+    os.dup2(streams[1], 2)
     os.closerange(3, errpipe)
     os.closerange(errpipe + 1, 1 << 16)
     for name, value in (req.get("rlimits") or {}).items():
@@ -208,9 +219,11 @@ def _run_python(req: dict[str, Any], errpipe: int) -> None:
     os._exit(code)
 
 
-def _child(req: dict[str, Any], errpipe: int, cgroups: list[str]) -> None:
+def _child(
+    req: dict[str, Any], errpipe: int, cgroups: list[str], streams: tuple[int, int]
+) -> None:
     try:
-        _child_setup(req, errpipe, cgroups)
+        _child_setup(req, errpipe, cgroups, streams)
         if req["mode"] == "fork":
             _run_python(req, errpipe)
         else:
@@ -233,6 +246,8 @@ class Zygote:
         #: Init of the pod's PID namespace: pids reported to the agent need translating.
         self.in_namespace = pidns.is_namespace_init()
         self.buffer = b""
+        #: Descriptors received and not yet taken by a spawn request, in arrival order.
+        self.fds: list[int] = []
         self.child_cgroups: list[str] = []  # cgroups each child must join (join failed)
 
     def join(self, paths: list[str]) -> None:
@@ -257,11 +272,22 @@ class Zygote:
         self.sock.sendall(json.dumps(message).encode() + b"\n")
 
     def spawn(self, req: dict[str, Any]) -> None:
+        if len(self.fds) < 2:
+            self.send({"ev": "spawn_error", "id": req["id"], "message": "no output pipes came"})
+            return
+        streams = (self.fds.pop(0), self.fds.pop(0))
+        try:
+            self._fork(req, streams)
+        finally:
+            for fd in streams:  # the job holds them now, or nobody will
+                os.close(fd)
+
+    def _fork(self, req: dict[str, Any], streams: tuple[int, int]) -> None:
         rfd, wfd = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
             os.close(rfd)
-            _child(req, wfd, self.child_cgroups)
+            _child(req, wfd, self.child_cgroups, streams)
         os.close(wfd)
         chunks = []
         while True:
@@ -307,7 +333,13 @@ class Zygote:
                 )
 
     def handle_input(self) -> bool:
-        data = self.sock.recv(1 << 16)
+        data, ancdata, _flags, _addr = self.sock.recvmsg(
+            1 << 16, _FDS_SPACE, socket.MSG_CMSG_CLOEXEC
+        )
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(payload) - len(payload) % _FD_SIZE
+                self.fds.extend(array.array("i", payload[:usable]))
         if not data:
             return False
         self.buffer += data

@@ -21,6 +21,7 @@ import contextlib
 import logging
 from pathlib import Path
 
+from firepool.agent import procfs
 from firepool.protocol import MemoryLimitMode
 
 log = logging.getLogger("firepool.agent")
@@ -251,7 +252,6 @@ class PodCgroups:
     def procs_files(self) -> list[str]:
         """Files a new job process writes its pid into, before it runs any job code."""
         return [str(d / "cgroup.procs") for d in self._dirs]
-
     @property
     def rlimit_as(self) -> int | None:
         return self.limit_bytes if self.mode is MemoryLimitMode.RLIMIT else None
@@ -269,9 +269,9 @@ class PodCgroups:
 
     def members(self) -> set[int]:
         pids: set[int] = set()
-        for d in self._dirs:
+        for path in self.procs_files:
             with contextlib.suppress(OSError):
-                pids.update(int(x) for x in (d / "cgroup.procs").read_text().split())
+                pids.update(map(int, procfs.read_small(path).split()))
         return pids
 
     def kill_all(self) -> None:
@@ -285,9 +285,9 @@ class PodCgroups:
             return 0
         name = "memory.events" if self.mode is MemoryLimitMode.CGROUP2 else "memory.oom_control"
         try:
-            for line in (self.memory / name).read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
+            for line in procfs.read_small(str(self.memory / name)).splitlines():
+                key, _, value = line.partition(b" ")
+                if key == b"oom_kill":
                     return int(value)
         except (OSError, ValueError):
             pass

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from firepool.agent import procfs
 from firepool.protocol import IsolationMode
 
 log = logging.getLogger("firepool.agent")
@@ -531,16 +532,18 @@ def sysv_objects(uid: int | None) -> list[tuple[str, int]]:
     found: list[tuple[str, int]] = []
     for kind in ("shm", "sem", "msg"):
         try:
-            with open(f"/proc/sysvipc/{kind}") as fh:
-                header = fh.readline().split()
-                rows = [line.split() for line in fh]
-        except OSError:
+            header, *rows = [line.split() for line in _read_lines(f"/proc/sysvipc/{kind}")]
+        except (OSError, ValueError):  # no such file, or not even a header
             continue
         owner, creator = header.index("uid"), header.index("cuid")
         for row in rows:
             if uid is None or uid in (int(row[owner]), int(row[creator])):
                 found.append((kind, int(row[1])))
     return found
+
+
+def _read_lines(path: str) -> list[str]:
+    return procfs.read_small(path).decode().splitlines()
 
 
 #: fsopen(2), fsconfig(2), fsmount(2): one number on every architecture (new syscalls are).

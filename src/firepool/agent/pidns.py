@@ -68,12 +68,16 @@ def host_pid(pid: int) -> int:
     process sees is the agent's, so a pidfd's fdinfo there speaks the agent's pids."""
     fd = os.pidfd_open(pid)
     try:
-        with open(f"/proc/self/fdinfo/{fd}", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"Pid:"):
-                    found = int(line.split()[1])
-                    if found > 0:
-                        return found
+        info = os.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            lines = os.read(info, 4096).splitlines()  # a few short lines; once per job
+        finally:
+            os.close(info)
+        for line in lines:
+            if line.startswith(b"Pid:"):
+                found = int(line.split()[1])
+                if found > 0:
+                    return found
     finally:
         os.close(fd)
     raise OSError(f"no host pid for {pid} in this kernel's pidfd fdinfo")

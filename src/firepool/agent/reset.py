@@ -73,6 +73,10 @@ class ResetContext:
     pids_confined: bool = False
 
 
+#: The reset's view of /proc, read again at every reset (see procfs.StatReader).
+_PROCS = procfs.StatReader()
+
+
 def _tree(ctx: ResetContext, procs: dict[int, procfs.Proc]) -> set[int]:
     targets = procfs.descendants(procs, [ctx.agent_pid]) | ctx.cgroups.members()
     return targets - ctx.keep_pids - {ctx.agent_pid}
@@ -106,10 +110,10 @@ def _kill_confined(ctx: ResetContext, killed: set[int], deadline: float) -> None
 
 def kill_attempt_processes(
     ctx: ResetContext,
-) -> tuple[int, list[procfs.Proc], dict[int, procfs.Proc]]:
+) -> tuple[int, list[procfs.Proc], dict[int, procfs.Proc], set[int]]:
     """SIGKILL the whole attempt tree until none is alive.
 
-    Returns (processes killed, survivors, the last /proc snapshot)."""
+    Returns (processes killed, survivors, the last /proc snapshot, the tree found in it)."""
     killed: set[int] = set()
     deadline = time.monotonic() + ctx.verify_timeout_s
     if ctx.pids_confined:
@@ -118,13 +122,14 @@ def kill_attempt_processes(
         ctx.steps_ms["kill_cgroup"] = round((time.perf_counter() - begun) * 1000, 3)
     pause = 0.0005
     while True:
-        procs = procfs.snapshot()
-        live = [procs[p] for p in _tree(ctx, procs) if p in procs and not procs[p].dead]
+        procs = _PROCS.snapshot()
+        tree = _tree(ctx, procs)
+        live = [procs[p] for p in tree if p in procs and not procs[p].dead]
         _reap_own_zombies(ctx, procs)
         if not live:
-            return len(killed), [], procs
+            return len(killed), [], procs, tree
         if time.monotonic() > deadline:
-            return len(killed), live, procs
+            return len(killed), live, procs, tree
         for proc in live:
             procfs.kill_quietly(proc.pid)
             killed.add(proc.pid)
@@ -132,9 +137,12 @@ def kill_attempt_processes(
         pause = min(pause * 2, 0.02)
 
 
-def escaped_processes(ctx: ResetContext, procs: dict[int, procfs.Proc]) -> list[int]:
-    """Processes outside the pod's tree that still carry the pod's marker."""
-    ours = _tree(ctx, procs) | ctx.keep_pids | {ctx.agent_pid}
+def escaped_processes(
+    ctx: ResetContext, procs: dict[int, procfs.Proc], tree: set[int]
+) -> list[int]:
+    """Processes outside the pod's tree (`_tree` of the same snapshot, as the killing rounds
+    last found it) that still carry the pod's marker."""
+    ours = tree | ctx.keep_pids | {ctx.agent_pid}
     return [
         p.pid
         for p in procs.values()
@@ -229,8 +237,8 @@ def _kernel_objects(ctx: ResetContext) -> list[str]:
             except OSError as exc:
                 problems.append(f"cannot sweep POSIX message queues: {exc}")
     if ctx.mounts_expected is not None:
-        with open("/proc/self/mountinfo") as fh:
-            now = frozenset(line.split()[4] for line in fh)
+        mountinfo = procfs.read_small("/proc/self/mountinfo").decode()
+        now = frozenset(line.split()[4] for line in mountinfo.splitlines())
         if now != ctx.mounts_expected:
             extra = sorted(now - ctx.mounts_expected)[:5]
             gone = sorted(ctx.mounts_expected - now)[:5]
@@ -256,14 +264,14 @@ def verified_reset(ctx: ResetContext) -> ResetResult:
         return now
 
     t = start
-    killed, survivors, procs = kill_attempt_processes(ctx)
+    killed, survivors, procs, tree = kill_attempt_processes(ctx)
     if survivors:
         problems.append(
             "processes survived SIGKILL: "
             + ", ".join(f"{p.pid} (state {p.state})" for p in survivors[:10])
         )
     t = lap("kill", t)
-    escaped = escaped_processes(ctx, procs)
+    escaped = escaped_processes(ctx, procs, tree)
     if escaped:
         problems.append(
             "processes outside the pod carry its marker: " + ", ".join(map(str, escaped[:10]))

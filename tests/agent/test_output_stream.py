@@ -5,6 +5,7 @@ made after the reset's wipe would survive it)."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,17 @@ def test_an_abandoned_stream_is_done_at_once(tmp_path: Path) -> None:
     stream.abandon()
     assert stream.wait(0) and stream.writer is None
     assert not (tmp_path / "stdout").exists()
+
+
+def test_streams_share_one_copier_thread(tmp_path: Path) -> None:
+    """A thread per stream cost two thread starts per attempt; one copier serves them all."""
+    started = [_started(tmp_path / f"a-{i}_0" / "stdout") for i in range(3)]  # the pump's up
+    before = threading.active_count()
+    more = [_started(tmp_path / f"b-{i}_0" / "stdout") for i in range(20)]
+    assert threading.active_count() <= before  # the open streams did not add threads
+    for i, (_, job_end) in enumerate(started + more):
+        os.write(job_end, f"{i}\n".encode())
+        os.close(job_end)
+    for i, (stream, _) in enumerate(started + more):
+        assert stream.wait(10)
+        assert stream.path.read_bytes() == f"{i}\n".encode()

@@ -1,10 +1,11 @@
 """An attempt's stdout or stderr, kept on the pod up to a bound, with a marker past it.
 
-The job writes into an anonymous pipe, not a file: a copier thread moves what arrives into the
-stream's file until the bound, then writes one marker line saying how much was kept and drops
-the rest (still reading it, so the job never blocks on a full pipe). The pod's disk is then
-bounded whatever a job prints, and a truncated log says so where its reader will look: the
-marker travels to the broker with the output, so the job's stored log records the loss.
+The job writes into an anonymous pipe, not a file: the agent's copier thread (one for every
+stream, `_Pump`) moves what arrives into the stream's file until the bound, then writes one
+marker line saying how much was kept and drops the rest (still reading it, so the job never
+blocks on a full pipe). The pod's disk is then bounded whatever a job prints, and a truncated
+log says so where its reader will look: the marker travels to the broker with the output, so
+the job's stored log records the loss.
 
 The pipe has no name: the agent hands its write end to the warm interpreter with the spawn
 request (see zygote.py), so nothing is created in the file system for it, and the job holds a
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import threading
 from pathlib import Path
 
@@ -56,10 +58,10 @@ class BoundedStream:
         self.dropped = 0  # past the bound
         self.discarded = 0  # after the seal, with no file to keep it in
         self.done = threading.Event()
-        self._thread: threading.Thread | None = None
         self._read, writer = os.pipe2(os.O_CLOEXEC)
         self.writer: int | None = writer
         self._out: int | None = None
+        self._kept = 0
         #: Held while the file is created, so `seal` cannot slip between the check and it.
         self._create = threading.Lock()
         self._sealed = False
@@ -68,10 +70,7 @@ class BoundedStream:
         """Copy, once the job holds the write end: ours is closed, so the end of the stream
         comes when the job and every descendant holding it have closed theirs."""
         self._close_writer()
-        self._thread = threading.Thread(
-            target=self._copy, name=f"output-{self.stream}", daemon=True
-        )
-        self._thread.start()
+        _PUMP.add(self._read, self)
 
     def abandon(self) -> None:
         """The job never started: nothing will be written."""
@@ -90,6 +89,46 @@ class BoundedStream:
         with self._create:
             self._sealed = True
 
+    def copy_chunk(self) -> bool:
+        """Move what the pipe holds (one read) into the file; False at the end of the stream,
+        or when the copy cannot go on (the pod's disk full)."""
+        try:
+            data = os.read(self._read, _CHUNK)
+            if data:
+                self._keep(data)
+        except OSError as err:
+            log.warning("output %s stopped: %s", self.stream, err)
+            return False
+        return bool(data)
+
+    def finish(self) -> None:
+        """The stream ended (the pump no longer watches it)."""
+        if self.dropped:
+            log.warning("%s: dropped %d bytes past the bound", self.path, self.dropped)
+        if self.discarded:
+            log.warning("%s: %d bytes came after the reset", self.path, self.discarded)
+        self._close()
+        self.done.set()
+
+    def _keep(self, data: bytes) -> None:
+        if self._out is None and not self._sealed:
+            self._out = self._open_file()
+            if self._out is not None:
+                self._kept = os.fstat(self._out).st_size
+        if self._out is None:
+            self.discarded += len(data)
+            return
+        room = self.max_bytes - self._kept
+        if room > 0:
+            os.write(self._out, data[:room])
+            self._kept += min(room, len(data))
+            if len(data) > room:
+                os.write(self._out, marker(self.stream, self.max_bytes))
+                self._kept = self.max_bytes  # nothing more is kept
+                self.dropped += len(data) - room
+        else:
+            self.dropped += len(data)
+
     def _open_file(self) -> int | None:
         with self._create:
             if self._sealed:
@@ -100,37 +139,6 @@ class BoundedStream:
             except FileNotFoundError:  # the attempt's first output: its directory too
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 return os.open(self.path, flags, 0o600)
-
-    def _copy(self) -> None:
-        kept = 0
-        try:
-            while data := os.read(self._read, _CHUNK):
-                if self._out is None and not self._sealed:
-                    self._out = self._open_file()
-                    if self._out is not None:
-                        kept = os.fstat(self._out).st_size
-                if self._out is None:
-                    self.discarded += len(data)
-                    continue
-                room = self.max_bytes - kept
-                if room > 0:
-                    os.write(self._out, data[:room])
-                    kept += min(room, len(data))
-                    if len(data) > room:
-                        os.write(self._out, marker(self.stream, self.max_bytes))
-                        kept = self.max_bytes  # nothing more is kept
-                        self.dropped += len(data) - room
-                else:
-                    self.dropped += len(data)
-        except OSError as err:  # the pod's disk full, the directory wiped by a reset
-            log.warning("output %s stopped: %s", self.stream, err)
-        finally:
-            if self.dropped:
-                log.warning("%s: dropped %d bytes past the bound", self.path, self.dropped)
-            if self.discarded:
-                log.warning("%s: %d bytes came after the reset", self.path, self.discarded)
-            self._close()
-            self.done.set()
 
     def _close_writer(self) -> None:
         if self.writer is not None:
@@ -143,3 +151,47 @@ class BoundedStream:
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+
+
+class _Pump:
+    """The one thread that copies every started stream, woken by epoll when a pipe has data
+    or lost its last writer. A thread per stream cost two thread starts and exits per
+    attempt (a tenth of a millisecond each), for streams that mostly carry a line or nothing;
+    an agent runs one attempt at a time, so one copier keeps up."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[int, BoundedStream] = {}
+        self._epoll: select.epoll | None = None
+
+    def add(self, fd: int, stream: BoundedStream) -> None:
+        with self._lock:
+            if self._epoll is None:
+                self._epoll = select.epoll()
+                threading.Thread(target=self._run, args=(self._epoll,), name="output",
+                                 daemon=True).start()  # fmt: skip
+            self._streams[fd] = stream
+            self._epoll.register(fd, select.EPOLLIN)
+
+    def _run(self, epoll: select.epoll) -> None:
+        while True:
+            for fd, _events in epoll.poll():
+                with self._lock:
+                    stream = self._streams.get(fd)
+                if stream is None or self._copy(stream):
+                    continue
+                with self._lock:  # before the descriptor is closed and its number reused
+                    epoll.unregister(fd)
+                    del self._streams[fd]
+                stream.finish()
+
+    @staticmethod
+    def _copy(stream: BoundedStream) -> bool:
+        try:
+            return stream.copy_chunk()
+        except Exception:  # one stream's bug must not stop every other stream's copy
+            log.exception("output %s failed", stream.stream)
+            return False
+
+
+_PUMP = _Pump()

@@ -205,9 +205,12 @@ class AttemptRunner:
             sink = self.logs
             outputs = _inline_outputs(running)
             if outputs is not None and isinstance(sink, RankLogSink):
-                running.acks = await asyncio.to_thread(
-                    _store_inline, sink, running.job, outputs
-                )
+                if any(o.stdout or o.stderr for o in outputs.values()):
+                    running.acks = await asyncio.to_thread(
+                        _store_inline, sink, running.job, outputs
+                    )
+                else:  # a silent attempt: nothing to store, no thread to wake
+                    running.acks = {pod: LogAck() for pod in outputs}
                 return
             self.start_log_pump(running)
         if running.log_pump is not None:

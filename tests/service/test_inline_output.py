@@ -76,3 +76,16 @@ def test_a_long_jobs_output_is_followed_while_it_runs(broker: BrokerThread) -> N
         assert job["state"] == "SUCCEEDED"
         log = c.get(f"/v1/jobs/{job_id}/logs").json()
     assert log["data"] == "early\nlate\n"
+
+
+def test_a_silent_job_leaves_an_empty_complete_log_and_no_loss(broker: BrokerThread) -> None:
+    started = _count_pumps(broker)
+    runner = broker.embedded.broker.runner
+    broker.call(lambda: setattr(runner, "live_output_after_s", 60.0))
+    with broker.client() as c:
+        job = run(c, command=[sys.executable, "-c", "pass"])
+        assert job["state"] == "SUCCEEDED"
+        log = c.get(f"/v1/jobs/{job['id']}/logs").json()
+    # Acknowledged with the reset although nothing was stored: no "output incomplete" line.
+    assert log["data"] == "" and log["complete"]
+    assert started == []

@@ -178,12 +178,13 @@ def test_an_old_attempt_can_never_report_into_the_new_one(
             max_retries=1,
         )
         deadline = time.monotonic() + 30
-        while c.get(f"/v1/jobs/{job_id}").json()["retries"] < 1 or not broker.call(
-            lambda: job_id in broker.embedded.broker.running
-        ):
+        while True:  # the retry's start committed (the broker tracks it from its claim on)
+            job = c.get(f"/v1/jobs/{job_id}").json()
+            if job["retries"] >= 1 and job["state"] == "RUNNING" and job["pods"]:
+                break
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        job = c.get(f"/v1/jobs/{job_id}").json()
+        assert broker.call(lambda: job_id in broker.embedded.broker.running)
         pod = job["pods"][0]["name"]
         secret = broker.call(lambda: broker.embedded.broker.pods.records[pod].secret)
         stale = ExitEvent(

@@ -6,12 +6,12 @@ every owner hold survives the kills."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from firepool.experiment.faults import FaultCampaign, main
+from firepool.testing.host import needs
 from firepool.testing.private_db import PG_BIN
 
 pytestmark = pytest.mark.timeout(600)
@@ -47,9 +47,7 @@ def test_a_postgresql_restart_under_load_loses_nothing(tmp_path: Path) -> None:
     """The store kind on a private PostgreSQL server, stopped and started under load. Needs
     the broker to ride out an unavailable store (503 StoreUnavailable, exit events kept)."""
     if not (PG_BIN / "initdb").exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail("PostgreSQL's initdb and pg_ctl are needed for the campaign test")
-        pytest.skip("PostgreSQL's initdb and pg_ctl are not installed")
+        needs("PostgreSQL's initdb and pg_ctl (the campaign starts a private server)")
     small = FaultCampaign(
         kills=0, store_restarts=1, partitions=0, agent_kills=0, jobs=12, store="postgresql",
         stream_interval_s=0.5, loop_scale=0.3, gap_s=(1.0, 3.0), baseline_s=3.0,

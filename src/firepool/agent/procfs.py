@@ -60,17 +60,26 @@ def _parse_stat(pid: int, raw: bytes) -> Proc | None:
         return None
 
 
-def read_proc(pid: int) -> Proc | None:
+def _open_stat(pid: int) -> tuple[int, bytes] | None:
+    """The process's `stat` opened and read once: (the open descriptor, its text); None when
+    the process is gone. The caller closes the descriptor or keeps it for re-reading."""
     try:
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        raw = os.read(fd, 4096)
+        return fd, os.read(fd, 4096)
     except OSError:
-        return None
-    finally:
         os.close(fd)
+        return None
+
+
+def read_proc(pid: int) -> Proc | None:
+    opened = _open_stat(pid)
+    if opened is None:
+        return None
+    fd, raw = opened
+    os.close(fd)
     return _parse_stat(pid, raw)
 
 
@@ -128,15 +137,10 @@ class StatReader:
             except OSError:  # that process is gone; the pid may be another's by now
                 del self._fds[pid]
                 os.close(fd)
-        try:
-            fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+        opened = _open_stat(pid)
+        if opened is None:
             return None
-        try:
-            raw = os.read(fd, 4096)
-        except OSError:
-            os.close(fd)
-            return None
+        fd, raw = opened
         if len(self._fds) < self.limit:
             self._fds[pid] = fd
         else:

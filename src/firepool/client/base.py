@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 
 from firepool import __version__
+from firepool.api.schemas import JobOut
+from firepool.client import calls
 from firepool.client.config import ClientConfig, resolve
 from firepool.client.retry import DEFAULT_BUDGET_S
-from firepool.client.session import Session
+from firepool.client.session import Session, session_defaults
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 DEFAULT_TIMEOUT = 30.0
@@ -44,6 +47,25 @@ class ClientBase:
         if self.config.token:
             headers["Authorization"] = f"Bearer {self.config.token}"
         return headers
+
+    def _submission(
+        self,
+        pool: str,
+        command: Sequence[str],
+        options: calls.SubmitOptions,
+        digest: str | None,
+        wait_s: float | None,
+    ) -> calls.Call[JobOut]:
+        """The submission both clients send, with this client's session defaults (once the
+        package, if any, is uploaded as `digest`)."""
+        body = calls.submit_body(
+            pool,
+            command,
+            options,
+            package_digest=digest,
+            session=session_defaults(self._session_key),
+        )
+        return calls.submit(body, wait_s=wait_s)
 
     def session(self, lease_tag: str | None = None, *, queue: str | None = None) -> Session:
         """A reuse session: submissions inside `with` (or `async with`) carry this lease tag

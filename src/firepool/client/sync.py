@@ -27,7 +27,7 @@ from firepool.client.errors import WaitTimeoutError, unreachable
 from firepool.client.packaging import load_package
 from firepool.client.polling import LogCursor, Step, Waiting, first_wait
 from firepool.client.retry import Retrying
-from firepool.client.session import ClientSession, session_defaults
+from firepool.client.session import ClientSession
 from firepool.model import JobSpec, JobState, PoolSpec
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -109,14 +109,7 @@ class Client(ClientBase):
     ) -> JobOut:
         package = options.get("package")
         digest = None if package is None else self.upload_package(package)
-        body = calls.submit_body(
-            pool,
-            command,
-            options,
-            package_digest=digest,
-            session=session_defaults(self._session_key),
-        )
-        return self._send(calls.submit(body, wait_s=wait_s))
+        return self._send(self._submission(pool, command, options, digest, wait_s))
 
     def submit_spec(self, spec: JobSpec | Mapping[str, Any]) -> JobOut:
         """Submit a prepared spec as it is (no session defaults, no package upload)."""

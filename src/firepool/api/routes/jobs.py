@@ -25,6 +25,17 @@ from firepool.model import (
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 JobId = Annotated[str, Query(min_length=1, max_length=64)]
+#: A long poll, on a submission or a read: one request instead of polling.
+WaitS = Annotated[
+    float | None,
+    Query(
+        ge=0,
+        le=MAX_WAIT_S,
+        description="Hold the answer until the job is terminal, at most this many seconds "
+        f"(0 to {MAX_WAIT_S:g}), then answer with the job as it stands. One request instead "
+        "of polling (on a submission: a short job's submission and result in one).",
+    ),
+]
 
 
 @router.post(
@@ -40,16 +51,7 @@ JobId = Annotated[str, Query(min_length=1, max_length=64)]
 async def submit_job(
     spec: JobSpec,
     session: Authed,
-    wait_s: Annotated[
-        float | None,
-        Query(
-            ge=0,
-            le=MAX_WAIT_S,
-            description="Submit and wait: hold the answer until the job is terminal, at most "
-            f"this many seconds (0 to {MAX_WAIT_S:g}), then answer with the job as it stands. "
-            "A short job's submission and result in one request.",
-        ),
-    ] = None,
+    wait_s: WaitS = None,
 ) -> Response:
     """Submit a job. With `request_id`, a retried submission returns the first job (200).
     With `wait_s`, the answer waits for the job's end as `GET /v1/jobs/{id}?wait_s` does."""
@@ -96,16 +98,7 @@ async def list_jobs(
 async def get_job(
     job_id: str,
     session: Authed,
-    wait_s: Annotated[
-        float | None,
-        Query(
-            ge=0,
-            le=MAX_WAIT_S,
-            description="Long poll: hold the request until the job is terminal, at most this "
-            f"many seconds (0 to {MAX_WAIT_S:g}), then answer with the job as it stands. "
-            "One request instead of polling.",
-        ),
-    ] = None,
+    wait_s: WaitS = None,
 ) -> Response:
     """The job. With `wait_s`, answered as soon as the job is terminal (or after `wait_s`
     seconds with its current state)."""

@@ -169,6 +169,7 @@ class Agent:
         #: Jobs live in the pod's PID namespace (the zygote is its init); each gets a /proc of
         #: it (in a private copy of the pod's mounts) where the zygote found that possible.
         self.pids_private = pidns.same_namespace(self.zygote.pid, self.pid) is False
+        self.zygote.prefork(self.pids_private)
 
     def _pids_confined(self) -> bool:
         """Whether reset may list the pod's processes from its cgroup alone: every job process
@@ -265,7 +266,7 @@ class Agent:
                     attempt_dir / "install.log",
                     user=self.job_user,
                 )
-            self._attach(req)
+            mounted = self._attach(req)
             prepare_s = time.perf_counter() - t0
             argv = ray_node.wrap(req.argv) if RayEnv.HEAD in req.topology_env else req.argv
             entry = python_entry(argv) if req.warm else None
@@ -289,6 +290,9 @@ class Agent:
                 "uid": self.job_user[0] if self.job_user else None,
                 "gid": self.job_user[1] if self.job_user else None,
                 "own_proc": self.pids_private and self.zygote.own_proc,
+                # A child prepared before this launch bound a directory has the pod's mounts
+                # without it (its own /proc is a copy of them).
+                "spare_ok": not mounted,
             }
             attempt.started_at = time.time()
             try:
@@ -318,21 +322,25 @@ class Agent:
                     attempt.timer.start()
                 return attempt.launch
 
-    def _attach(self, req: LaunchRequest) -> None:
-        """The attempt's checkpoint directory, which outlives pods, made reachable for it."""
+    def _attach(self, req: LaunchRequest) -> bool:
+        """The attempt's checkpoint directory, which outlives pods, made reachable for it;
+        True when that changed the pod's mounts."""
         directory = req.topology_env.get(JobEnv.CHECKPOINT_DIR) or req.env.get(
             JobEnv.CHECKPOINT_DIR
         )
         if not directory:
-            return
+            return False
+        bind = self.scratch.mode is IsolationMode.PRIVATE
         try:
-            self.attacher.attach(directory, bind=self.scratch.mode is IsolationMode.PRIVATE)
+            self.attacher.attach(directory, bind=bind)
         except ValueError as exc:
             log.warning("checkpoint directory not attached: %s", exc)
+            return False
         except OSError as exc:
             raise LaunchFailedError(
                 f"cannot attach checkpoint directory {directory}: {exc}", field="topology_env"
             ) from None
+        return bind
 
     def _admit(self, req: LaunchRequest) -> LaunchResponse | None:
         job, retry = parse_attempt_id(req.attempt)
@@ -541,6 +549,7 @@ class Agent:
         acknowledged it (`logs`, or a separate acknowledgement within `await_logs_s`); what
         it had not is reported in the result."""
         with self._op:
+            self.zygote.discard()
             with self._lock:
                 cur = self.current
             unacked: dict[str, int] = {}
@@ -594,6 +603,7 @@ class Agent:
                 cur.exited.wait(1.0)  # the zygote reports the leader's death
             with self._lock:
                 if result.clean:
+                    self.zygote.prefork(self.pids_private)  # the next job's child, clean pod
                     self.dirty = False
                     if cur is not None and ended_before:
                         self._remember_reset(cur)

@@ -53,6 +53,8 @@ class ZygoteClient:
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()
         self.ready = threading.Event()
+        #: A prefork was asked for and no spawn or discard has used it up since.
+        self.spare = False
         self.modules: list[str] = []
         self.failed: dict[str, str] = {}
         #: Whether each job can get a /proc of the pod's PID namespace (known once ready).
@@ -68,9 +70,24 @@ class ZygoteClient:
         """Ask the zygote to move itself into the pod's cgroups before its first spawn (the
         socket keeps the order; the answer is only logged)."""
         if cgroup_procs:
-            line = json.dumps({"op": "join", "cgroup_procs": cgroup_procs}).encode() + b"\n"
-            with self._send_lock:
-                self._sock.sendall(line)
+            self._send({"op": "join", "cgroup_procs": cgroup_procs})
+
+    def prefork(self, own_proc: bool) -> None:
+        """Have the next spawn's child forked and prepared now (the zygote's `Spare`)."""
+        self._send({"op": "prefork", "own_proc": own_proc})
+        self.spare = True
+
+    def discard(self) -> None:
+        """Let an unused spare go before a reset sweeps the pod (the sweep would kill it
+        anyway; this keeps the zygote from handing a dead one a request)."""
+        if self.spare:
+            self._send({"op": "discard"})
+            self.spare = False
+
+    def _send(self, message: dict[str, Any]) -> None:
+        line = json.dumps(message).encode() + b"\n"
+        with self._send_lock:
+            self._sock.sendall(line)
 
     def spawn(
         self, request: dict[str, Any], streams: tuple[int, int], timeout: float = 30.0
@@ -81,6 +98,7 @@ class ZygoteClient:
         if not self.ready.wait(timeout):
             raise LaunchFailedError("the warm interpreter is not ready yet")
         pending = _Pending()
+        self.spare = False
         with self._lock:
             self._pending[request["id"]] = pending
         try:

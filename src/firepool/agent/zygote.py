@@ -10,12 +10,16 @@ and peak RSS to the agent over a socketpair, one JSON object per line.
 Requests:  {"op": "join", "cgroup_procs": [...]}   (once, before any spawn)
            {"op": "spawn", "id", "mode": "fork"|"exec", "argv", "env", "cwd",
             "sys_path": [...], "rlimit_as": int|null, "uid": int|null, "gid": int|null,
-            "rlimits": {"NOFILE": int, "NPROC": int}, "own_proc": bool}
+            "rlimits": {"NOFILE": int, "NPROC": int}, "own_proc": bool, "spare_ok": bool}
+           {"op": "prefork", "own_proc": bool}   (fork the next spawn's child ahead of it)
+           {"op": "discard"}                     (let that child go unused)
            A spawn line comes with two descriptors (SCM_RIGHTS, sent with the line in one
            sendmsg): the write ends of the job's stdout and stderr pipes, in that order. The
            child makes them its 1 and 2; the zygote closes its copies once it forked, so the
            agent, which closes its own at `spawned`, sees the end of each stream when the job
            and its descendants are done with it. No path is opened on the job's behalf.
+           A spawn takes the spare child when one is prepared and suits it (`Spare`), and
+           forks afresh otherwise; either way the answer is the same.
 Events:    {"ev": "ready", "pid", "modules", "failed", "own_proc"}
            {"ev": "joined", "ok", "error"}
            {"ev": "spawned", "id", "pid", "t"} | {"ev": "spawn_error", "id", "message"}
@@ -45,6 +49,7 @@ import time
 import traceback
 import types
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from firepool.agent import pidns
@@ -109,11 +114,10 @@ def start_process(
 # --------------------------------------------------------------------------- in the child
 
 
-def _child_setup(
-    req: dict[str, Any], errpipe: int, cgroups: list[str], streams: tuple[int, int]
-) -> None:
+def _child_prepare(own_proc: bool, cgroups: list[str]) -> None:
+    """The part of a child's set-up that no request changes: a spare does it ahead of time."""
     os.setsid()
-    if req.get("own_proc"):
+    if own_proc:
         pidns.give_job_own_proc()
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -121,6 +125,11 @@ def _child_setup(
     _write("/proc/self/oom_score_adj", "0")  # the zygote is shielded, the job is not
     for path in cgroups:  # only when the zygote could not join them itself
         _write(path, str(os.getpid()))
+
+
+def _child_setup(req: dict[str, Any], errpipe: int, streams: tuple[int, int]) -> None:
+    """The request's part: limits, streams, user, directory. Every descriptor but the job's
+    0, 1, 2 and `errpipe` is closed here (the zygote's socket, a spare's channel)."""
     limit = req.get("rlimit_as")
     if limit:
         resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
@@ -223,24 +232,74 @@ def _child(
     req: dict[str, Any], errpipe: int, cgroups: list[str], streams: tuple[int, int]
 ) -> None:
     try:
-        _child_setup(req, errpipe, cgroups, streams)
-        if req["mode"] == "fork":
-            _run_python(req, errpipe)
-        else:
-            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-                signal.signal(sig, signal.SIG_DFL)
-            os.execvpe(req["argv"][0], req["argv"], req["env"])
+        _child_prepare(bool(req.get("own_proc")), cgroups)
+        _become_job(req, errpipe, streams)
     except BaseException as exc:
         _fail(errpipe, f"{type(exc).__name__}: {exc}")
     os._exit(127)
+
+
+def _spare(own_proc: bool, errpipe: int, cgroups: list[str], channel: socket.socket) -> None:
+    """A child forked ahead of its job: prepared, then waiting for one spawn request (a line
+    and the job's two stream descriptors) on `channel`; the end of `channel` (the zygote
+    discarded it, or died) ends it."""
+    try:
+        _child_prepare(own_proc, cgroups)
+        line, fds = _receive_request(channel)
+        if not line:
+            os._exit(0)
+        if len(fds) != 2:
+            raise OSError("the spawn request came without its two output pipes")
+        _become_job(json.loads(line), errpipe, (fds[0], fds[1]))
+    except BaseException as exc:
+        _fail(errpipe, f"{type(exc).__name__}: {exc}")
+    os._exit(127)
+
+
+def _receive_request(channel: socket.socket) -> tuple[bytes, list[int]]:
+    """One request line and the descriptors sent with its first part ("" at end of stream)."""
+    data, fds, _flags, _addr = socket.recv_fds(channel, 1 << 16, 8)
+    chunks = [data]
+    while data and not data.endswith(b"\n"):
+        data = channel.recv(1 << 16)
+        chunks.append(data)
+    return b"".join(chunks), list(fds)
+
+
+def _become_job(req: dict[str, Any], errpipe: int, streams: tuple[int, int]) -> None:
+    _child_setup(req, errpipe, streams)
+    if req["mode"] == "fork":
+        _run_python(req, errpipe)
+    else:
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        os.execvpe(req["argv"][0], req["argv"], req["env"])
+
+
+@dataclass
+class Spare:
+    """A child forked and prepared before its request (see `_spare`): the fork, setsid and
+    the job's own /proc are off the path to the job's first instruction."""
+
+    pid: int
+    reported: int  # the pid the agent knows it by
+    own_proc: bool
+    channel: socket.socket
+    errpipe: int  # read end: closed by the child once its job is set up, or an error
+
+    def close(self) -> None:
+        self.channel.close()
+        os.close(self.errpipe)
 
 
 # --------------------------------------------------------------------------- in the zygote
 
 
 class Zygote:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, own_proc: bool = False) -> None:
         self.sock = sock
+        #: Whether a child can get its own /proc here (asked once, at start).
+        self.own_proc = own_proc
         #: pid (as fork returned it) -> (attempt, start time, the pid the agent knows it by)
         self.jobs: dict[int, tuple[str, float, int]] = {}
         #: Init of the pod's PID namespace: pids reported to the agent need translating.
@@ -249,6 +308,8 @@ class Zygote:
         #: Descriptors received and not yet taken by a spawn request, in arrival order.
         self.fds: list[int] = []
         self.child_cgroups: list[str] = []  # cgroups each child must join (join failed)
+        #: The child forked for the next spawn (`prefork`), if any.
+        self.spare: Spare | None = None
 
     def join(self, paths: list[str]) -> None:
         """Move the zygote into the pod's cgroups once, so every child is born there.
@@ -271,16 +332,77 @@ class Zygote:
     def send(self, message: dict[str, Any]) -> None:
         self.sock.sendall(json.dumps(message).encode() + b"\n")
 
-    def spawn(self, req: dict[str, Any]) -> None:
+    def spawn(self, req: dict[str, Any], line: bytes) -> None:
         if len(self.fds) < 2:
             self.send({"ev": "spawn_error", "id": req["id"], "message": "no output pipes came"})
             return
         streams = (self.fds.pop(0), self.fds.pop(0))
         try:
-            self._fork(req, streams)
+            spare = self._take_spare(req)
+            if spare is None or not self._hand(spare, req, line, streams):
+                self._fork(req, streams)
         finally:
             for fd in streams:  # the job holds them now, or nobody will
                 os.close(fd)
+
+    def prefork(self, req: dict[str, Any]) -> None:
+        """Fork and prepare the next spawn's child now, off its path. The agent asks after a
+        clean reset (so the spare never shares the pod with a job: one job at a time, and
+        the spare becomes the next) and once at start."""
+        self.discard()
+        own_proc = bool(req.get("own_proc")) and self.own_proc
+        ours, theirs = socket.socketpair()
+        rfd, wfd = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            os.close(rfd)
+            ours.close()
+            _spare(own_proc, wfd, self.child_cgroups, theirs)
+        theirs.close()
+        os.close(wfd)
+        try:
+            reported = pidns.host_pid(pid) if self.in_namespace else pid
+        except OSError:
+            os.kill(pid, signal.SIGKILL)  # reap() collects it
+            ours.close()
+            os.close(rfd)
+            return
+        self.spare = Spare(pid, reported, own_proc, ours, rfd)
+
+    def discard(self) -> None:
+        """Let the spare go (closing its channel ends it; the kill makes that certain)."""
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(spare.pid, signal.SIGKILL)
+            spare.close()
+
+    def _take_spare(self, req: dict[str, Any]) -> Spare | None:
+        """The spare, if it suits the request: prepared with the /proc the job must get, and
+        the pod's mounts unchanged since its fork (`spare_ok`: no checkpoint bind mount)."""
+        spare = self.spare
+        if spare is None:
+            return None
+        if spare.own_proc != bool(req.get("own_proc")) or not req.get("spare_ok", True):
+            self.discard()
+            return None
+        self.spare = None
+        return spare
+
+    def _hand(
+        self, spare: Spare, req: dict[str, Any], line: bytes, streams: tuple[int, int]
+    ) -> bool:
+        """Give the request to the spare; False when it is gone (then a fresh fork serves)."""
+        try:
+            socket.send_fds(spare.channel, [line], list(streams))
+        except OSError:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(spare.pid, signal.SIGKILL)
+            spare.close()
+            return False
+        spare.channel.close()
+        self._started(req, spare.pid, spare.errpipe, spare.reported)
+        return True
 
     def _fork(self, req: dict[str, Any], streams: tuple[int, int]) -> None:
         rfd, wfd = os.pipe2(os.O_CLOEXEC)
@@ -289,23 +411,29 @@ class Zygote:
             os.close(rfd)
             _child(req, wfd, self.child_cgroups, streams)
         os.close(wfd)
-        chunks = []
-        while True:
-            chunk = os.read(rfd, 4096)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(rfd)
-        now = time.monotonic()
-        if chunks:
-            self.send({"ev": "spawn_error", "id": req["id"], "message": b"".join(chunks).decode()})
-            # the child exits 127 by itself; reap() collects it as an unknown pid
-            return
         try:
             reported = pidns.host_pid(pid) if self.in_namespace else pid
         except OSError as exc:
             os.kill(pid, signal.SIGKILL)  # the agent could never stop it: do not let it run
+            os.close(rfd)
             self.send({"ev": "spawn_error", "id": req["id"], "message": str(exc)})
+            return
+        self._started(req, pid, rfd, reported)
+
+    def _started(self, req: dict[str, Any], pid: int, errpipe: int, reported: int) -> None:
+        """Wait for the child's set-up: its end of `errpipe` closes (exec, or the Python job
+        about to run) or carries the error that ended it."""
+        chunks = []
+        while True:
+            chunk = os.read(errpipe, 4096)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(errpipe)
+        now = time.monotonic()
+        if chunks:
+            self.send({"ev": "spawn_error", "id": req["id"], "message": b"".join(chunks).decode()})
+            # the child exits 127 by itself; reap() collects it as an unknown pid
             return
         self.jobs[pid] = (req["id"], now, reported)
         self.send({"ev": "spawned", "id": req["id"], "pid": reported, "t": now})
@@ -318,6 +446,9 @@ class Zygote:
                 return
             if pid == 0:
                 return
+            if self.spare is not None and pid == self.spare.pid:
+                self.discard()  # it died before its request came: the next spawn forks
+                continue
             job = self.jobs.pop(pid, None)
             if job is not None:
                 self.send(
@@ -346,9 +477,14 @@ class Zygote:
         while b"\n" in self.buffer:
             line, self.buffer = self.buffer.split(b"\n", 1)
             req = json.loads(line)
-            if req.get("op") == "spawn":
-                self.spawn(req)
-            elif req.get("op") == "join":
+            op = req.get("op")
+            if op == "spawn":
+                self.spawn(req, line + b"\n")
+            elif op == "prefork":
+                self.prefork(req)
+            elif op == "discard":
+                self.discard()
+            elif op == "join":
                 self.join(list(req.get("cgroup_procs", ())))
         return True
 
@@ -381,7 +517,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     loaded, failed = preload(modules)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    zygote = Zygote(sock)
+    zygote = Zygote(sock, own_proc)
     zygote.send(
         {
             "ev": "ready",

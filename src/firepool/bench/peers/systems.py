@@ -77,13 +77,13 @@ class Firepool:
         self._counter += 1
         tag = f"{caller}/{stream}" if self.reuse else f"{caller}/{stream}/{self._counter}"
         submitted = time.time()
-        job = await client.submit(
+        job = await client.run(
             PROBE_POOLS[probe] if probe else f"peers-{stream}",
             ["python", "-c", body],
+            wait_timeout=600,
             lease_tag=tag,
             single_use=not self.reuse,
         )
-        job = await client.wait(job.id, timeout=600)
         output = "".join([chunk async for chunk in client.logs(job.id)])
         return Outcome(
             submitted,

@@ -380,7 +380,8 @@ class AgentConfig(StrictModel):
     #: never (the pod outlives any silence).
     broker_silence_s: Annotated[float, Field(gt=0)] | None = None
     #: Test hook: inject faults by name (`verify` makes every reset report unclean,
-    #: `die-in-reset` kills the agent mid-reset, `die-at-start` before it serves).
+    #: `die-in-reset` kills the agent mid-reset, `die-at-start` before it serves,
+    #: `slow-reset` makes every reset take `SLOW_RESET_S` longer).
     faults: tuple[str, ...] = ()
     extra_env: dict[str, str] = Field(default_factory=dict)
     #: The unprivileged uid/gid every job of this pod runs as (None: the agent's own).

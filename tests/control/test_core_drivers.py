@@ -33,8 +33,9 @@ Script = list[tuple[str, int, int]]
 SCRIPT: Script = [("a", 0, 0), ("a", 0, 0), ("b", 0, 0), ("b", 1, 3)]
 #: Events a driver's own timers raise; here they must change nothing.
 TIMERS = {"tick", "resync"}
-EVENTS = ("submit", "resync", "cancel", "dispatch", "committed", "commit_lost", "attempt_over",
-          "verdict_recorded", "reconcile", "pod_ready", "pod_failed", "pod_deleted", "tick")
+EVENTS = ("submit", "resync", "cancel", "dispatch", "committed", "commit_lost",
+          "judge_before_reset", "attempt_over", "verdict_recorded", "reconcile", "pod_ready",
+          "pod_failed", "pod_deleted", "tick")
 #: The retry exits 0: FIREPOOL_ATTEMPT is `<job>:<retry>`.
 FAIL_FIRST = ("import os, sys; "
               "sys.exit({code} if os.environ['FIREPOOL_ATTEMPT'].endswith(':0') else 0)")

@@ -15,8 +15,11 @@ copied back from the tracker. After every step it checks safety:
    previous job's processes are gone;
 and liveness, which a core that never claims or never launches would fail:
 - after a dispatch pass, no queued one-pod job is left waiting while the model knows a pod it
-  could take (its caller's own live hold, or a never-used ready pod on a free card);
+  could take (its caller's own live hold, or a never-used ready pod on a free card), unless
+  its own session's pod is being reset after an early verdict (it waits for that pod);
 - a committed attempt whose cards are all free in the model has been launched.
+Verdicts go out either with the release or before the reset (`judge_before_reset`), and an
+attempt's verdict is recorded exactly once.
 """
 
 from __future__ import annotations
@@ -121,6 +124,8 @@ class CoreMachine(RuleBasedStateMachine):
         self.card: dict[str, str] = {}  # group -> job whose processes may still be on it
         self.deleting: list[str] = []
         self.never_again: set[str] = set()  # retired, unclean or boundary-crossed pods
+        self.judged: dict[str, bool] = {}  # launched jobs judged before their reset: fails
+        self.verdicts: dict[tuple[str, int], int] = {}  # verdicts recorded per attempt
         for pool in self.specs:  # the floors, ready at the start
             self.reconcile(pool)
         self.ready(255)
@@ -150,6 +155,9 @@ class CoreMachine(RuleBasedStateMachine):
                 self.pods[action.pod].hold_until = action.until
             elif isinstance(action, RecordVerdict):
                 ticket = action.ticket
+                attempt = (ticket.job, ticket.retries)
+                self.verdicts[attempt] = self.verdicts.get(attempt, 0) + 1
+                assert self.verdicts[attempt] == 1, f"{attempt} judged twice"
                 state = action.verdict.state
                 if state is JobState.QUEUED:
                     ticket = Ticket(ticket.job, ticket.caller, ticket.spec, ticket.submitted_at,
@@ -253,6 +261,12 @@ class CoreMachine(RuleBasedStateMachine):
             )
             if leased + 1 > CPU_CALLER_LIMIT:
                 return
+        session = (ticket.caller, spec.queue, spec.lease_tag)
+        for old in self.judged:
+            for p in self.leases[old].pods:
+                pod = self.pods[p.name]
+                if pod.owner == session and not pod.retire_after_job and not pod.dedicated:
+                    return  # its session's pod comes back held once reset: it waits for it
         for name, pod in self.pods.items():
             if pod.pool != spec.pool or not pod.ready or pod.retiring or pod.job is not None:
                 continue
@@ -312,11 +326,22 @@ class CoreMachine(RuleBasedStateMachine):
                 f"{job} is committed and its cards are free, but it was not launched"
             )
 
+    @precondition(lambda self: bool(self.launched - set(self.judged)))
+    @rule(i=st.integers(0, 50), fails=st.booleans())
+    def judged_before_reset(self, i: int, fails: bool) -> None:
+        """Every rank exited and the output is stored: the driver asks for the verdict before
+        the reset; the attempt's `attempt_over` comes later, with the same end."""
+        jobs = sorted(self.launched - set(self.judged))
+        job = jobs[i % len(jobs)]
+        self.judged[job] = fails
+        self.act(self.core.judge_before_reset(job, AttemptEnd(exit_code=int(fails)), self.now))
+
     @precondition(lambda self: bool(self.leases))
     @rule(i=st.integers(0, 50), unclean_mask=st.integers(0, 3), fails=st.booleans())
     def attempt_over(self, i: int, unclean_mask: int, fails: bool) -> None:
         jobs = sorted(self.leases)
         job = jobs[i % len(jobs)]
+        fails = self.judged.pop(job, fails)
         lease = self.leases.pop(job)
         unclean = [p.name for k, p in enumerate(lease.pods) if unclean_mask >> k & 1]
         for p in lease.pods:
@@ -332,6 +357,10 @@ class CoreMachine(RuleBasedStateMachine):
         self.launched.discard(job)
         end = AttemptEnd(exit_code=1 if fails else 0)
         actions = self.core.attempt_over(job, end, unclean, self.now)
+        ticket = self.tickets[job]
+        assert self.verdicts.get((job, ticket.retries)) == 1 or any(
+            isinstance(a, RecordVerdict) for a in actions
+        ), f"{job}'s attempt ended without a verdict"
         retired = {a.pod for a in actions if isinstance(a, DeletePod)}
         for name in unclean:
             assert name in retired, f"unclean {name} was not retired"  # invariant 5

@@ -8,7 +8,14 @@ from firepool.control.admission import CreateOrder
 from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore
 from firepool.control.records import PodSnapshot, Retired, RetireReason, Ticket
-from firepool.control.recovery import Binding, ListedPod, RunningJob, plan_recovery
+from firepool.control.recovery import (
+    Binding,
+    EndedJob,
+    ListedPod,
+    RunningJob,
+    busy_jobs,
+    plan_recovery,
+)
 from firepool.control.tracker import Tracker
 from firepool.model import (
     AcquisitionPath,
@@ -197,3 +204,42 @@ def test_scale_down_clocks_are_rebuilt_from_pod_creation_times() -> None:
     assert retired == {"old"}
     later = {a.pod for a in core.reconcile("cpu", 1051.0) if isinstance(a, DeletePod)}
     assert later == {"young"}
+
+
+def ended_job(job: str, *pods: str, finished: float = 50.0) -> EndedJob:
+    spec = JobSpec(pool="cpu", command=["x"], queue="q", lease_tag="s")
+    return EndedJob(Ticket(job, "alice", spec, 0.0), pods, finished)
+
+
+def test_a_pod_of_an_ended_jobs_last_attempt_is_reset_then_held_from_the_jobs_end() -> None:
+    """The verdict went out before the reset and the broker died before the release: the pod
+    is still marked busy with a job the store holds as ended. It is reset again and held for
+    the job's session as the release would have held it; any other such pod is deleted."""
+    busy = {"state": "running", "owner": "alice", "used": "1", "queue": "q", "tag": "s"}
+    pods = [
+        listed("mine", job="done", **busy),
+        listed("rank1", job="done", **busy),
+        listed("older", job="done", **busy),  # not among the last attempt's bindings
+        listed("recycled", job="done", retire_after="session_boundary", **busy),
+        listed("theirs", job="done", **{**busy, "owner": "bob"}),
+        listed("unknown", job="vanished", **busy),
+    ]
+    assert busy_jobs(pods) == {"done", "vanished"}
+    ended = {"done": ended_job("done", "mine", "rank1", "recycled", "theirs")}
+    plan = plan_recovery(pods, [], SPECS, ended)
+    assert [(r.held.name, r.rank) for r in plan.reset] == [("mine", 0), ("rank1", 1)]
+    held = plan.reset[0].held
+    assert (held.state, held.job, held.owner, held.queue, held.tag) == (
+        PodState.HELD, None, "alice", "q", "s",
+    )  # fmt: skip
+    assert held.hold_until == 50.0 + CPU.hold_seconds and held.used
+    assert sorted(plan.delete) == ["older", "recycled", "theirs", "unknown"]
+    assert plan.restore == []
+
+
+def test_a_pool_without_holds_deletes_the_ended_jobs_pod() -> None:
+    busy = {"state": "running", "owner": "alice", "used": "1", "queue": "q", "tag": "s"}
+    specs = {**SPECS, "cpu": PoolSpec(name="cpu", idle_timeout=100, caller_hold_seconds=0)}
+    plan = plan_recovery([listed("p", job="done", **busy)], [], specs,
+                         {"done": ended_job("done", "p")})  # fmt: skip
+    assert plan.reset == [] and plan.delete == ["p"]

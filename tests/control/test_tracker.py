@@ -371,3 +371,53 @@ def test_standby_must_join_an_existing_group_of_its_pool() -> None:
     (g0,) = ready_pods(t, "gpu", 1)
     with pytest.raises(ConflictError):
         t.add_pod("a2", "gpu", 0.0, group=g0)  # one active per card
+
+
+def test_a_session_waits_for_its_own_pod_while_it_is_reset_after_an_early_verdict() -> None:
+    """`ending`: the job's verdict is out and its pod is being reset. The same session's next
+    job waits for that pod, though a never-used pod is idle; another session or caller takes
+    the idle pod at once; after the release the waiting job gets its own pod back, warm."""
+    t = Tracker([cpu_pool(idle_timeout=100)])
+    fresh, mine = ready_pods(t, "cpu", 2)
+    assert lease(t.claim(request("j1", tag="s"), 1.0)).pods[0].name == mine
+    t.mark_running(mine)
+    t.ending("j1")
+    assert t.claim(request("j2", tag="s"), 2.0) == Wait("j2", WaitReason.OWN_POD_RESETTING)
+    gang = request("g", tag="s", pods=2)  # the general path waits too
+    assert t.claim(gang, 2.0) == Wait("g", WaitReason.OWN_POD_RESETTING)
+    assert paths(t.claim(request("b1", caller="bob", tag="s"), 2.0)) == [
+        (fresh, W, R.NO_OWN_POD)
+    ]
+    t.release("j1", 3.0)
+    assert paths(t.claim(request("j2", tag="s"), 3.0)) == [(mine, W, R.SAME_SESSION)]
+
+
+def test_no_wait_for_a_pod_that_will_not_come_back_held() -> None:
+    """A pod the release retires (no hold, a single-use pod, an unclean reset) is not waited
+    for: the session's next job takes another pod as it always did."""
+    t = Tracker([cpu_pool(idle_timeout=100, caller_hold_seconds=0)])
+    fresh, _mine = ready_pods(t, "cpu", 2)
+    lease(t.claim(request("j1", tag="s"), 1.0))
+    t.ending("j1")
+    assert paths(t.claim(request("j2", tag="s"), 2.0)) == [(fresh, W, R.NO_OWN_POD)]
+    t2 = Tracker([cpu_pool(idle_timeout=100)])
+    other, pod = ready_pods(t2, "cpu", 2)
+    lease(t2.claim(request("j1", tag="s"), 1.0))
+    t2.ending("j1")
+    assert isinstance(t2.claim(request("j2", tag="s"), 2.0), Wait)
+    t2.release("j1", 3.0, unclean=[pod])  # it is deleted instead: the wait ends
+    assert paths(t2.claim(request("j2", tag="s"), 3.0)) == [(other, W, R.NO_OWN_POD)]
+
+
+def test_the_session_waits_only_for_as_many_pods_as_are_being_reset() -> None:
+    """Two pods of the session: one held already, one resetting. The first claim takes the
+    held pod, the second waits for the resetting one."""
+    t = Tracker([cpu_pool(idle_timeout=100)])
+    _fresh, a, b = ready_pods(t, "cpu", 3)
+    for job in ("j1", "j2"):
+        lease(t.claim(request(job, tag="s"), 1.0))
+    t.release("j1", 2.0)
+    t.ending("j2")
+    held = lease(t.claim(request("j3", tag="s"), 2.0)).pods[0].name
+    assert held in (a, b)
+    assert t.claim(request("j4", tag="s"), 2.0) == Wait("j4", WaitReason.OWN_POD_RESETTING)

@@ -73,6 +73,9 @@ class ResetContext:
     pids_confined: bool = False
 
 
+#: How much longer the `slow-reset` test hook makes each reset.
+SLOW_RESET_S = 1.5
+
 #: The reset's view of /proc, read again at every reset (see procfs.StatReader).
 _PROCS = procfs.StatReader()
 
@@ -264,6 +267,8 @@ def verified_reset(ctx: ResetContext) -> ResetResult:
         return now
 
     t = start
+    if "slow-reset" in ctx.faults:  # test hook: a reset as slow as a large scratch space's
+        time.sleep(SLOW_RESET_S)
     killed, survivors, procs, tree = kill_attempt_processes(ctx)
     if survivors:
         problems.append(

@@ -107,6 +107,7 @@ class Live:
     ungated: bool = False  # every pod holds its GPU's gate (or needs none)
     launched: bool = False  # LaunchAttempt was issued
     started: float = 0.0  # when it claimed its pods (reclaims preempt the youngest first)
+    judged: bool = False  # its verdict went out before its pods' reset (`judge_before_reset`)
 
 
 class BrokerCore:
@@ -335,12 +336,30 @@ class BrokerCore:
 
     # ------------------------------------------------------------------ an attempt's end
 
+    def judge_before_reset(self, job: str, end: AttemptEnd, now: float) -> list[Action]:
+        """Every rank exited and the attempt's whole output is stored, before the pods' reset.
+        A final verdict (no retry) of a task job goes out now: its caller learns the result
+        while the pods are reset, and the job's session waits for them meanwhile
+        (`Tracker.ending`). A retry, an elastic job or a reclaimed attempt is judged with the
+        reset as before (`attempt_over`): a retry must not queue while its pods are leased."""
+        live = self.running.get(job)
+        if live is None or live.judged or job in self._reclaiming:
+            return []
+        if live.ticket.spec.kind is _ELASTIC and self.elastic is not None:
+            return []
+        verdict = self._judge(live.ticket, end)
+        if verdict.retry:
+            return []
+        live.judged = True
+        self.tracker.ending(job)
+        return [RecordVerdict(live.ticket, verdict)]
+
     def attempt_over(
         self, job: str, end: AttemptEnd, unclean: Iterable[str], now: float
     ) -> list[Action]:
         """Every rank exited (or was stopped) and every pod's reset reported; `unclean` names
         the pods whose reset could not be confirmed. Releases the pods (holds, retirements,
-        gate promotions) and judges the attempt."""
+        gate promotions) and judges the attempt, unless `judge_before_reset` already did."""
         live = self.running.pop(job, None)
         if live is None:
             return []
@@ -349,13 +368,14 @@ class BrokerCore:
         self._gen[pool] += 1
         self._bump_caller(pool, live.ticket.caller)
         actions = self._released(released)
-        verdict = self._judge(live.ticket, end)
-        if job in self._reclaiming:
-            self._reclaiming.discard(job)
-            if verdict.state is not JobState.SUCCEEDED:
+        reclaimed = job in self._reclaiming
+        self._reclaiming.discard(job)
+        if not live.judged:  # (a job reclaimed after its verdict ended on its own)
+            verdict = self._judge(live.ticket, end)
+            if reclaimed and verdict.state is not JobState.SUCCEEDED:
                 self.reclaimed += 1
                 verdict = reclaimed_verdict(end)
-        actions.append(RecordVerdict(live.ticket, verdict))
+            actions.append(RecordVerdict(live.ticket, verdict))
         actions.append(Reconcile(pool))  # restage standbys, retire, refill floors
         actions.append(DISPATCH)
         return actions

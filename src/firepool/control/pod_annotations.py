@@ -57,6 +57,13 @@ def held(until: float) -> dict[str, str | None]:
     return {"state": "held", "hold_until": repr(until), "job": None}
 
 
+def busy_job(annotations: Mapping[str, str]) -> str | None:
+    """The job a pod is marked busy with, if any."""
+    if annotations.get("state") != "running":
+        return None
+    return annotations.get("job") or None
+
+
 def decode(
     name: str,
     pool: str,

@@ -45,6 +45,9 @@ class WaitReason(StrEnum):
     CALLER_GPU_LIMIT = "caller_gpu_limit"
     #: Behind an older gang that reserves the pool's free pods (control/reservations.py).
     GANG_RESERVED = "gang_reserved"
+    #: The session's own pod is being reset after its last job, whose verdict is already
+    #: out: it comes back held for the session within milliseconds (not demand for a pod).
+    OWN_POD_RESETTING = "own_pod_resetting"
 
 
 class Pod:

@@ -11,6 +11,12 @@ The job store is authoritative for jobs, the pods' annotations for ownership. In
    released unclean and the attempt is judged like any lost pod (`BrokerCore.recovery_lost`),
    so the retry respects `max_retries`.
 Distinct attempt ids keep an old attempt from ever reporting into the new one.
+
+A pod still marked busy with a job the store holds as ended ran that job's last attempt when
+the verdict went out before the reset (`BrokerCore.judge_before_reset`) and the broker died
+before the release: it is reset again (`reset`) and, if clean, held for the job's session as
+the release would have held it, from the job's end; otherwise deleted. Any other pod marked
+busy with a job that is not RUNNING cannot be trusted and is deleted.
 """
 
 from __future__ import annotations
@@ -57,16 +63,38 @@ class RunningJob:
         return Lease(self.ticket.job, self.ticket.caller, self.ticket.spec.pool, pods)
 
 
+@dataclass(frozen=True, slots=True)
+class EndedJob:
+    """A job the store holds as ended (terminal), that a pod is still marked busy with."""
+
+    ticket: Ticket
+    pods: tuple[str, ...]  # its last attempt's bindings
+    finished_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ResetThenHold:
+    """Reset the pod; if clean, restore `held` (the release's hold), else delete the pod."""
+
+    job: EndedJob
+    rank: int
+    held: PodSnapshot
+
+
 @dataclass(slots=True)
 class RecoveryPlan:
     restore: list[PodSnapshot] = field(default_factory=list)  # in this order
     delete: list[str] = field(default_factory=list)
     probe: list[RunningJob] = field(default_factory=list)  # ask the agents, then adopt or lose
     lost: list[RunningJob] = field(default_factory=list)  # pods or bindings gone
+    reset: list[ResetThenHold] = field(default_factory=list)  # released before any dispatch
 
 
 def plan_recovery(
-    pods: Iterable[ListedPod], jobs: Sequence[RunningJob], specs: Mapping[str, PoolSpec]
+    pods: Iterable[ListedPod],
+    jobs: Sequence[RunningJob],
+    specs: Mapping[str, PoolSpec],
+    ended: Mapping[str, EndedJob] | None = None,
 ) -> RecoveryPlan:
     result = RecoveryPlan()
     busy: dict[str, set[str]] = {}
@@ -103,11 +131,53 @@ def plan_recovery(
     keep: list[PodSnapshot] = []
     for snap in result.restore:
         if snap.state is PodState.RUNNING and snap.job not in running:
-            result.delete.append(snap.name)
+            done = (ended or {}).get(snap.job or "")
+            held = _held_after(snap, done, specs[snap.pool]) if done is not None else None
+            if done is not None and held is not None:
+                result.reset.append(ResetThenHold(done, done.pods.index(snap.name), held))
+            else:
+                result.delete.append(snap.name)
         else:
             keep.append(snap)
     result.restore = _with_groups(keep, result.delete)
+    result.reset.sort(key=lambda r: r.held.role is PodRole.STANDBY)  # active pods first
+    standbys = [r for r in result.reset if r.held.role is PodRole.STANDBY]
+    if standbys:  # a standby's card must keep an active pod among those restored
+        actives = {s.group for s in result.restore if s.role is PodRole.ACTIVE}
+        actives |= {r.held.group for r in result.reset if r.held.role is PodRole.ACTIVE}
+        for r in standbys:
+            if r.held.group not in actives:
+                result.reset.remove(r)
+                result.delete.append(r.held.name)
     return result
+
+
+def busy_jobs(pods: Iterable[ListedPod]) -> set[str]:
+    """The jobs live pods are marked busy with: the driver reads those the store holds as
+    ended (`EndedJob`) for the plan."""
+    return {job for p in pods if p.alive and (job := pod_annotations.busy_job(p.annotations))}
+
+
+def _held_after(snap: PodSnapshot, job: EndedJob, spec: PoolSpec) -> PodSnapshot | None:
+    """The pod as the ended job's release holds it, or None when the release would not (the
+    pod is not of the job's last attempt, was another caller's, or retires after its job)."""
+    ticket = job.ticket
+    if snap.name not in job.pods or snap.owner != ticket.caller:
+        return None
+    if snap.retire_after is not None or snap.single_use or snap.image is not None:
+        return None
+    if spec.hold_seconds <= 0 or snap.template != spec.template_version:
+        return None
+    return replace(
+        snap,
+        state=PodState.HELD,
+        job=None,
+        used=True,
+        queue=ticket.spec.queue,
+        tag=ticket.spec.lease_tag,
+        hold_until=job.finished_at + spec.hold_seconds,
+        idle_since=job.finished_at,
+    )
 
 
 def _bind_lagging(restore: list[PodSnapshot], jobs: Sequence[RunningJob]) -> None:

@@ -89,6 +89,7 @@ _S_STARTING = PodState.STARTING
 _W_CALLER_GPU_LIMIT = WaitReason.CALLER_GPU_LIMIT
 _W_CALLER_POD_LIMIT = WaitReason.CALLER_POD_LIMIT
 _W_NO_CAPACITY = WaitReason.NO_CAPACITY
+_W_OWN_POD_RESETTING = WaitReason.OWN_POD_RESETTING
 _NEW_LABEL = (_P_NEW, _R_NO_WARM_CAPACITY)
 _WARM_FRESH_LABEL = (_P_WARM, _R_NO_OWN_POD)
 _SAME_SESSION_LABEL = (_P_WARM, _R_SAME_SESSION)
@@ -156,6 +157,7 @@ class _PoolIndex:
         "leased_by_caller",
         "limited",
         "pods",
+        "resetting",
         "spec",
         "standby",
     )
@@ -172,6 +174,9 @@ class _PoolIndex:
         self.held_by_caller: dict[str, dict[str, None]] = {}
         self.dedicated_idle: dict[DedicatedKey, dict[str, None]] = {}
         self.leased_by_caller: dict[str, int] = {}
+        #: Pods being reset after a job whose verdict is out, that come back held for the
+        #: job's session: that session's next claims wait for them (`Tracker.ending`).
+        self.resetting: dict[SessionKey, int] = {}
 
     def configure(self, spec: PoolSpec, tracker_gpu_limit: int | None) -> None:
         """Cache what the claim path reads on every call."""
@@ -210,6 +215,8 @@ class Tracker:
         # The request behind each lease: its caller, queue and tag become the pods' session at
         # release. Kept as the caller's own immutable object, so a claim allocates nothing.
         self._job_session: dict[str, ClaimRequest] = {}
+        #: Jobs whose pods are being reset to be held: job -> (pool, session, pods counted).
+        self._ending: dict[str, tuple[str, SessionKey, int]] = {}
         self._caller_gpus: dict[str, int] = {}
         self._holds: list[tuple[float, str]] = []
         #: GPUs restored after a broker restart whose exclusivity no sweep has verified yet:
@@ -416,6 +423,8 @@ class Tracker:
                         label = found
                     else:
                         pod = None
+                elif index.resetting and key in index.resetting:
+                    pass  # the general path waits for the session's own pod
                 elif caller not in index.held_by_caller and index.fresh:
                     pod = self._pods[index.fresh.popitem()[0]]
                     label = fresh_label(pod, req)
@@ -453,6 +462,10 @@ class Tracker:
             refused = self._caller_limit(index, caller, n)
             if refused is not None:
                 return refused
+        if index.resetting and not req.single_use:
+            resetting = index.resetting.get(req.session, 0)
+            if resetting and len(index.held_by_session.get(req.session, ())) < n:
+                return _W_OWN_POD_RESETTING
         if req.single_use or req.image is not None:
             if req.image is not None and req.image_pinned and not req.single_use:
                 chosen = self._select_pinned_image(index, req, n, now)
@@ -720,6 +733,37 @@ class Tracker:
                 )
             self._set_state(pod, _S_RUNNING)
 
+    def ending(self, job: str) -> None:
+        """The job's verdict is out before its pods' reset: until `release`, its session's
+        claims wait for the pods that will come back held for it, rather than take another
+        pod (or have one created) for the few milliseconds a reset takes."""
+        with self._lock:
+            names = self._jobs.get(job)
+            if names is None or job in self._ending:
+                return
+            req = self._job_session[job]
+            pool = self._pods[names[0]].pool
+            spec = self._pools[pool].spec
+            held = sum(self._release_reason(self._pods[n], spec) is None for n in names)
+            if held:
+                resetting = self._pools[pool].resetting
+                resetting[req.session] = resetting.get(req.session, 0) + held
+                self._ending[job] = (pool, req.session, held)
+
+    def _release_reason(self, pod: Pod, spec: PoolSpec) -> RetireReason | None:
+        """Why a clean release retires the pod rather than hold it (None: it is held)."""
+        reason = pod.retire_after
+        if reason is None:
+            if pod.single_use:
+                reason = _RR_SINGLE_USE
+            elif pod.image is not None and not self._pinned(pod):
+                reason = _RR_CUSTOM_IMAGE
+            elif pod.template != spec.template_version:
+                reason = _RR_STALE_TEMPLATE
+            elif spec.hold_seconds <= 0:
+                reason = _RR_HOLD_EXPIRED
+        return reason
+
     def release(self, job: str, now: float, unclean: Collection[str] = ()) -> ReleaseResult:
         """The job's attempt is over and each pod's reset reported (`unclean` names the pods
         whose reset could not be confirmed). Apply holds and retirements; pass GPU gates on."""
@@ -736,18 +780,7 @@ class Tracker:
                 pod.gated = False
                 pod.used = True
                 pod.owner, pod.queue, pod.tag = caller, queue, tag
-                reason = pod.retire_after
-                if name in unclean:
-                    reason = _RR_UNCLEAN_RESET
-                elif reason is None:
-                    if pod.single_use:
-                        reason = _RR_SINGLE_USE
-                    elif pod.image is not None and not self._pinned(pod):
-                        reason = _RR_CUSTOM_IMAGE
-                    elif pod.template != spec.template_version:
-                        reason = _RR_STALE_TEMPLATE
-                    elif spec.hold_seconds <= 0:
-                        reason = _RR_HOLD_EXPIRED
+                reason = _RR_UNCLEAN_RESET if name in unclean else self._release_reason(pod, spec)
                 if reason is _RR_STALE_TEMPLATE:
                     # An old-template pod drains through the scaler, which retires at most
                     # `drain_budget` at once; until then it serves nothing new.
@@ -920,6 +953,15 @@ class Tracker:
         names = self._jobs.pop(job, None)
         if names is None:
             raise NotFoundError(f"job {job} holds no lease", field="job")
+        ending = self._ending.pop(job, None)
+        if ending is not None:
+            pool, session, count = ending
+            resetting = self._pools[pool].resetting
+            left = resetting[session] - count
+            if left:
+                resetting[session] = left
+            else:
+                del resetting[session]
         caller = self._job_session[job].caller
         first = self._pods[names[0]]
         index = self._pools[first.pool]

@@ -95,7 +95,7 @@ class Running:
     #: Per pod, what the broker stored of the output that came with its exit event: the
     #: reset acknowledges it (None: the pump acknowledges, or nothing was stored inline).
     acks: dict[str, LogAck] | None = None
-    marking: asyncio.Task[None] | None = None
+    marking: asyncio.Task[bool] | None = None
     #: Pods whose agents stopped answering: never waited on again (stop, reset), deleted.
     lost: set[str] = field(default_factory=set)
 
@@ -460,7 +460,7 @@ class AttemptRunner:
                 log.warning("reset of %s failed: %r", pod, exc)
                 return pod
             if job is not None and result.logs_unacked:
-                await self._record_loss(job, ranks[pod], result.logs_unacked)
+                await self.record_loss(job, ranks[pod], result.logs_unacked)
             if not result.clean:
                 log.warning("pod %s reset unclean: %s", pod, result.reason)
                 return pod
@@ -527,7 +527,8 @@ class AttemptRunner:
             message=verdict.message,
         )
 
-    async def _record_loss(self, job: JobRecord, rank: int, unacked: dict[str, int]) -> None:
+    async def record_loss(self, job: JobRecord, rank: int, unacked: dict[str, int]) -> None:
+        """Note in the rank's log the output its pod's reset removed unacknowledged."""
         lost = ", ".join(f"{n} bytes of {s}" for s, n in sorted(unacked.items()))
         log.warning("attempt %s rank %d: output lost at reset: %s", job.attempt, rank, lost)
         if isinstance(self.logs, RankLogSink):

@@ -612,17 +612,22 @@ class Broker:
 
     async def _finish(self, running: Running, end: AttemptEnd) -> None:
         await self.runner.drain_logs(running)
-        unclean = await self.runner.reset(
-            running.lease, job=running.job, lost=running.lost, acks=running.acks
-        )
-        if running.log_pump is not None and not running.log_pump.done():
-            running.log_pump.cancel()  # a lost pod's stream: the reset recorded what was lost
         job_id = running.ticket.job
-        self.running.pop(job_id, None)
-        self.telemetry.attempt_ended(running, self.clock(), len(unclean))
-        running.ticket = ticket_of(running.job)
         self._ended[job_id] = running.job
         try:
+            if _judge_first(running):
+                # The verdict needs no reset: its write and the reset run side by side, and
+                # the caller has the result a reset earlier (a crash in between: recovery
+                # resets the pods and keeps their hold, see control/recovery.py).
+                self.act(self.core.judge_before_reset(job_id, end, self.clock()))
+            unclean = await self.runner.reset(
+                running.lease, job=running.job, lost=running.lost, acks=running.acks
+            )
+            if running.log_pump is not None and not running.log_pump.done():
+                running.log_pump.cancel()  # a lost pod's stream: the reset recorded the loss
+            self.running.pop(job_id, None)
+            self.telemetry.attempt_ended(running, self.clock(), len(unclean))
+            running.ticket = ticket_of(running.job)
             actions = self.core.attempt_over(job_id, end, unclean, self.clock())
             # The attempt's pods go only once its verdict is durable: a pod deleted first
             # takes its agent's memory of the exit with it, and a broker killed in between
@@ -646,13 +651,16 @@ class Broker:
                 await asyncio.wait_for(asyncio.shield(recording), VERDICT_WAIT_S)
         self.act(deletes)
 
-    async def _mark_pods(self, running: Running) -> None:
-        """Step 4, best effort and off the critical path: ownership annotations."""
+    async def _mark_pods(self, running: Running) -> bool:
+        """Step 4, best effort and off the critical path: ownership annotations. Whether
+        every pod carries them (a verdict goes out before the reset only then)."""
         ticket = ticket_of(running.job)
+        marked = True
         for p in running.lease.pods:
-            await self.pods.annotate(
+            marked &= await self.pods.annotate(
                 p.name, pod_annotations.running(ticket, self.core.retire_after(p.name))
             )
+        return marked
 
     async def _record(self, action: RecordVerdict, ended: JobRecord | None = None) -> None:
         """Write the core's verdict. `ended` is the attempt's committed record when the
@@ -845,3 +853,22 @@ def _placeholder(ticket: Ticket) -> JobRecord:
 
 def _pod_name(pool: str) -> str:
     return f"{pool}-{secrets.token_hex(4)}"
+
+
+def _judge_first(running: Running) -> bool:
+    """Whether the verdict may go out before the reset: every rank's whole output is stored
+    and is acknowledged with the reset (it came on the exit events), so the reset can add
+    nothing to the job's log, not even a note of lost bytes; and every pod is marked busy
+    with the job, so a broker that dies before the release finds them (recovery resets
+    them and keeps their hold) instead of taking a used pod for a fresh one."""
+    acks, marking = running.acks, running.marking
+    return (
+        acks is not None
+        and not running.lost
+        and all(p.name in acks for p in running.lease.pods)
+        and marking is not None
+        and marking.done()
+        and not marking.cancelled()
+        and marking.exception() is None
+        and marking.result()
+    )

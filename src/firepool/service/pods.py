@@ -101,16 +101,19 @@ class PodManager:
         self.records.pop(name, None)
         self._annotating.pop(name, None)
 
-    async def annotate(self, name: str, changes: Mapping[str, str | None]) -> None:
-        """Best effort: ownership annotations let a restarted broker rebuild holds."""
+    async def annotate(self, name: str, changes: Mapping[str, str | None]) -> bool:
+        """Best effort: ownership annotations let a restarted broker rebuild holds. Whether
+        they were written."""
         lock = self._annotating.setdefault(name, asyncio.Lock())
         async with lock:
             if name not in self.records:
-                return
+                return False
             try:
                 self.records[name] = await self.backend.annotate(name, changes)
             except Exception as exc:
                 log.info("annotating pod %s: %r", name, exc)
+                return False
+            return True
 
     def agent(self, name: str) -> AgentClient:
         client = self._clients.get(name)

@@ -9,10 +9,20 @@ import logging
 from typing import TYPE_CHECKING
 
 from firepool.backends.base import PodRecord
-from firepool.control.recovery import Binding, ListedPod, RunningJob, plan_recovery
+from firepool.control.actions import HoldPod
+from firepool.control.recovery import (
+    Binding,
+    EndedJob,
+    ListedPod,
+    ResetThenHold,
+    RunningJob,
+    busy_jobs,
+    plan_recovery,
+)
 from firepool.model import FirepoolError, JobState, NotFoundError
-from firepool.protocol import AttemptStatus
-from firepool.service.attempt import Running
+from firepool.protocol import AttemptStatus, LogAck
+from firepool.service.attempt import RankLogSink, Running
+from firepool.store.records import JobRecord
 
 if TYPE_CHECKING:
     from firepool.service.broker import Broker
@@ -59,7 +69,8 @@ async def recover(broker: Broker) -> None:
         )
         for r in records.values()
     ]
-    plan = plan_recovery(listed, jobs, broker.specs)
+    ended = await _ended_jobs(broker, busy_jobs(listed) - {j.id for j in stored})
+    plan = plan_recovery(listed, jobs, broker.specs, {k: e for k, (_, e) in ended.items()})
     count = broker.telemetry.recovery.labels
     for name in plan.delete:  # off the critical path: no job waits for these
         broker.pods.spawn(broker.backend.delete(name))
@@ -75,8 +86,14 @@ async def recover(broker: Broker) -> None:
         broker.pods.records[snap.name] = records[snap.name]
         count("pod_restored").inc()
     by_id = {job.id: job for job in stored}
-    # Every job's agents probed at once: recovery takes one round trip, not one per job.
-    answers = await asyncio.gather(*(_probe_ranks(broker, job) for job in plan.probe))
+    for step in plan.reset:
+        broker.pods.records[step.held.name] = records[step.held.name]
+    # Every job's agents probed at once, and the ended jobs' pods reset meanwhile: recovery
+    # takes one round trip, not one per job.
+    answers, _ = await asyncio.gather(
+        asyncio.gather(*(_probe_ranks(broker, job) for job in plan.probe)),
+        asyncio.gather(*(_reset_then_hold(broker, step, ended) for step in plan.reset)),
+    )
     for job, statuses in zip(plan.probe, answers, strict=True):
         record = by_id[job.ticket.job]
         if statuses is None:
@@ -101,6 +118,51 @@ async def recover(broker: Broker) -> None:
         broker.act(broker.core.recovery_lost(job.ticket, broker.clock()))
     if plan.restore or stored:
         log.info("recovered %d pods and %d running jobs", len(plan.restore), len(stored))
+
+
+async def _ended_jobs(broker: Broker, ids: set[str]) -> dict[str, tuple[JobRecord, EndedJob]]:
+    """The jobs busy-marked pods name that the store holds as ended (terminal)."""
+    from firepool.service.broker import ticket_of
+
+    out: dict[str, tuple[JobRecord, EndedJob]] = {}
+    for job_id in sorted(ids):
+        job = await asyncio.to_thread(broker.store.get, job_id)
+        if job is None or not job.state.terminal:
+            continue
+        finished = job.timings.get("finished") or broker.clock()
+        out[job_id] = (job, EndedJob(ticket_of(job), tuple(b.pod for b in job.pods), finished))
+    return out
+
+
+async def _reset_then_hold(
+    broker: Broker, step: ResetThenHold, ended: dict[str, tuple[JobRecord, EndedJob]]
+) -> None:
+    """A pod of an ended job's last attempt whose release the broker did not live to make:
+    reset it (acknowledging the output the log store holds, so only bytes really missing are
+    noted as lost) and hold it for the job's session, or delete it if the reset is unclean."""
+    job = ended[step.job.ticket.job][0]
+    name = step.held.name
+    count = broker.telemetry.recovery.labels
+    ack = None
+    if isinstance(broker.logs, RankLogSink):
+        stored = await asyncio.to_thread(broker.logs.offsets, job.id, job.retries, step.rank)
+        ack = LogAck(stdout=stored.stdout, stderr=stored.stderr)
+    try:
+        result = await broker.pods.agent(name).reset(logs=ack)
+    except (FirepoolError, OSError) as exc:
+        log.warning("pod %s of ended job %s could not be reset (%r); deleting it", name, job.id,
+                    exc)  # fmt: skip
+        result = None
+    if result is not None and result.logs_unacked:
+        await broker.runner.record_loss(job, step.rank, result.logs_unacked)
+    if result is None or not result.clean:
+        broker.pods.records.pop(name, None)
+        broker.pods.spawn(broker.backend.delete(name))
+        count("pod_deleted").inc()
+        return
+    broker.core.restore_pod(step.held)
+    broker.act([HoldPod(name, step.held.hold_until)])
+    count("pod_reset_held").inc()
 
 
 async def _probe_ranks(

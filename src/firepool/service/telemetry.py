@@ -98,7 +98,8 @@ class BrokerTelemetry:
         )
         self.recovery = Counter(
             "firepool_recovery_events",
-            "What a broker restart did: pods restored or deleted, attempts re-attached or lost.",
+            "What a broker restart did: pods restored, reset and held, or deleted; attempts "
+            "re-attached or lost.",
             ["event"],
             registry=None,
         )

@@ -371,6 +371,9 @@ class SimBroker:
             self.loop.after(self.venue.reset.sample(self.rng), self._reset_done, (job, end))
             return
         self._in_flight_units -= len(st.paths) * self._unit_of[st.pool]
+        # The virtual pods' output is stored with their exit, so the verdict goes out before
+        # the reset, as the service's does when the exit events carried the output.
+        self._act(self.core.judge_before_reset(job, end, self.loop.now))
         self.loop.after(self.venue.reset.sample(self.rng), self._reset_done, (job, end))
         if st.on_done is not None:
             st.on_done(st)

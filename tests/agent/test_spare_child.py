@@ -191,3 +191,24 @@ def test_a_launch_that_binds_a_directory_is_not_given_a_spare_forked_before_the_
         loop.run(backend.close())
         loop.close()
         shutil.rmtree(data, ignore_errors=True)
+
+
+def test_the_agent_sees_the_warm_interpreter_die_while_a_spare_waits() -> None:
+    """The spare holds none of the zygote's descriptors (its socket to the agent above all),
+    only its stdio, its channel and its set-up pipe; when the zygote dies the spare ends and
+    the agent sees the end of its socket at once: the pod is unhealthy, as with no spare."""
+    with backend_at("spare-death") as (backend, loop, _):
+        _, client = loop.run(make_pod(backend, POOL))
+        pod = SparePod(client, loop)
+        spare = pod.spare()
+        zygote = pod.zygote()
+        deadline = time.monotonic() + 10
+        while len(held := [int(fd) for fd in os.listdir(f"/proc/{spare}/fd")]) > 5:
+            assert time.monotonic() < deadline, held  # still preparing: closes them next
+            time.sleep(0.01)
+        assert len([fd for fd in held if fd > 2]) == 2, held
+        os.kill(zygote, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while loop.run(client.health()).ok:
+            assert time.monotonic() < deadline, "the agent did not see the zygote die"
+            time.sleep(0.02)

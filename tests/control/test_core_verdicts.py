@@ -57,3 +57,20 @@ def test_the_wait_for_the_own_pod_is_a_reason_of_its_own() -> None:
     entry = d.core.queued[again].entry
     outcome = d.core.tracker.claim(entry.request, d.now)
     assert getattr(outcome, "reason", None) is WaitReason.OWN_POD_RESETTING
+
+
+def test_a_job_waiting_for_its_sessions_pod_is_not_demand_for_a_new_pod() -> None:
+    d = StepDriver.of([cpu_pool(min_count=1, max_count=3, max_idle_count=0, idle_timeout=100)],
+                      {"cpu": 4})  # fmt: skip
+    d.settle()
+    job = d.submit("alice", "cpu")
+    while d.starting:
+        d.ready()
+    assert d.launched == [job] and len(d.core.tracker.pool_pods("cpu")) == 1
+    d.act(d.core.judge_before_reset(job, AttemptEnd(exit_code=0), d.now))
+    d.submit("alice", "cpu")  # the same session: its pod is a reset away
+    d.act(d.core.reconcile("cpu", d.now))
+    assert d.starting == []
+    d.submit("bob", "cpu")  # another caller's job is demand
+    d.act(d.core.reconcile("cpu", d.now))
+    assert len(d.starting) == 1

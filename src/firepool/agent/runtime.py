@@ -601,9 +601,10 @@ class Agent:
                             cur.request.attempt if cur else "?", unacked)
             if cur is not None and cur.exit is None:
                 cur.exited.wait(1.0)  # the zygote reports the leader's death
+            if result.clean:
+                self.zygote.prefork(self.pids_private)  # the next job's child, in a clean pod
             with self._lock:
                 if result.clean:
-                    self.zygote.prefork(self.pids_private)  # the next job's child, clean pod
                     self.dirty = False
                     if cur is not None and ended_before:
                         self._remember_reset(cur)

@@ -245,6 +245,12 @@ def _spare(own_proc: bool, errpipe: int, cgroups: list[str], channel: socket.soc
     discarded it, or died) ends it."""
     try:
         _child_prepare(own_proc, cgroups)
+        # It may wait long: hold nothing of the zygote's meanwhile (its socket to the agent
+        # above all, whose end the agent must see when the zygote dies).
+        low, high = sorted((errpipe, channel.fileno()))
+        os.closerange(3, low)
+        os.closerange(low + 1, high)
+        os.closerange(high + 1, 1 << 16)
         line, fds = _receive_request(channel)
         if not line:
             os._exit(0)

@@ -352,6 +352,7 @@ class BrokerCore:
             return []
         live.judged = True
         self.tracker.ending(job)
+        self._gen[live.lease.pool] += 1  # the scaler's demand changed (see `_demand`)
         return [RecordVerdict(live.ticket, verdict)]
 
     def attempt_over(
@@ -460,9 +461,11 @@ class BrokerCore:
 
     def _demand(self, pool: str) -> list[QueuedDemand]:
         """Queued jobs of the pool as the scaler counts them; an elastic job counts once a
-        round has sized it (at its world size), not before."""
+        round has sized it (at its world size), not before; a job's pods that its session's
+        pods now being reset will provide (`Tracker.ending`) do not count."""
         demand: list[QueuedDemand] = []
         elastic = self.elastic
+        resetting = self.tracker.resetting(pool)
         for queued in self.queued.values():
             ticket = queued.ticket
             spec = ticket.spec
@@ -474,6 +477,14 @@ class BrokerCore:
                 if world is None:
                     continue
                 pods = world
+            if resetting and not spec.single_use:
+                session = queued.entry.request.session
+                coming = min(resetting.get(session, 0), pods)
+                if coming:
+                    resetting[session] -= coming
+                    pods -= coming
+                    if not pods:
+                        continue
             demand.append(QueuedDemand(ticket.caller, pods, spec.single_use, spec.image))
         return demand
 

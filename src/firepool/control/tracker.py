@@ -750,6 +750,11 @@ class Tracker:
                 resetting[req.session] = resetting.get(req.session, 0) + held
                 self._ending[job] = (pool, req.session, held)
 
+    def resetting(self, pool: str) -> dict[SessionKey, int]:
+        """Per session, the pool's pods being reset that will come back held for it."""
+        with self._lock:
+            return dict(self._pools[pool].resetting)
+
     def _release_reason(self, pod: Pod, spec: PoolSpec) -> RetireReason | None:
         """Why a clean release retires the pod rather than hold it (None: it is held)."""
         reason = pod.retire_after
@@ -1110,6 +1115,15 @@ class Tracker:
                     assert name in self._groups[pod.group].pods
             assert {j: sorted(p) for j, p in seen_jobs.items()} == {
                 j: sorted(p) for j, p in self._jobs.items()
+            }
+            resetting: dict[tuple[str, SessionKey], int] = {}
+            for job, (pool, session, count) in self._ending.items():
+                assert job in self._jobs and count > 0, job
+                resetting[pool, session] = resetting.get((pool, session), 0) + count
+            assert resetting == {
+                (pool, session): count
+                for pool, index in self._pools.items()
+                for session, count in index.resetting.items()
             }
             for grp in self._groups.values():
                 running = [p for p in grp.pods if self._pods[p].state is _S_RUNNING]

@@ -35,6 +35,9 @@ PROBE_BACKOFF_S = 0.2
 #: Each probe's own limit: dispatching waits for recovery, and a silent rank of a pool whose
 #: agents fence is re-attached anyway (the runner keeps asking it).
 PROBE_TIMEOUT_S = 2.0
+#: The longest the first dispatch waits for an ended job's pod to be reset (the paper's worst
+#: reset took 1.67 s); a pod that takes longer is deleted instead.
+RECOVERY_RESET_TIMEOUT_S = 10.0
 
 
 async def recover(broker: Broker) -> None:
@@ -148,8 +151,10 @@ async def _reset_then_hold(
         stored = await asyncio.to_thread(broker.logs.offsets, job.id, job.retries, step.rank)
         ack = LogAck(stdout=stored.stdout, stderr=stored.stderr)
     try:
-        result = await broker.pods.agent(name).reset(logs=ack)
-    except (FirepoolError, OSError) as exc:
+        result = await asyncio.wait_for(
+            broker.pods.agent(name).reset(logs=ack), RECOVERY_RESET_TIMEOUT_S
+        )
+    except (FirepoolError, OSError, TimeoutError) as exc:
         log.warning("pod %s of ended job %s could not be reset (%r); deleting it", name, job.id,
                     exc)  # fmt: skip
         result = None

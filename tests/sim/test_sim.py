@@ -161,13 +161,17 @@ def test_broker_commands_smoke(tmp_path: Path, args: list[str]) -> None:
 @pytest.mark.parametrize("panel", ["rl", "agent"])
 def test_per_environment_pools_hold_more_as_environments_grow(panel: str) -> None:
     """Figure 5: one pool per environment holds more pod-time than one late-bound pool, and
-    more at E = 64 than at E = 8 (seed 0, the figure's hour: deterministic). Half an hour no
-    longer shows it for RL since a session's next job waits for its own pod's reset instead
-    of taking another pod (the effect is smaller: docs/reproduction.md)."""
+    more at E = 64 than at E = 8, in the RL panel (seed 0, the figure's hour: deterministic).
+    The agent panel's sessions keep to their own pods in every mode, so there the pools hold
+    the same, never less (docs/reproduction.md: what the agent panel used to show came from
+    sessions taking other pods during their own pod's reset)."""
     shared = fragmentation_cell(panel, "shared", 64, seed=0)
     per_env = {e: fragmentation_cell(panel, "per-env", e, seed=0) for e in (1, 8, 64)}
     assert per_env[1]["held"] == shared["held"]  # one environment: the same broker
-    assert per_env[64]["held"] > per_env[8]["held"] and per_env[64]["held"] > shared["held"]
+    if panel == "rl":
+        assert per_env[64]["held"] > per_env[8]["held"] > shared["held"]
+    else:
+        assert per_env[64]["held"] >= per_env[8]["held"] >= shared["held"]
     assert per_env[64]["jobs"] == shared["jobs"]  # the same sessions, only the pools differ
 
 

@@ -21,6 +21,7 @@ import pytest
 from pod_helpers import Loop, backend_at, json_job, make_pod, new_root, py, run_job, wait_exit
 
 from firepool.agent import procfs
+from firepool.agent.zygote import SPARE_NAME
 from firepool.backends.agent_client import AgentClient
 from firepool.backends.local import LocalBackend
 from firepool.model import ConfigError, PoolSpec
@@ -128,6 +129,26 @@ def test_the_spare_runs_as_root_until_its_job_comes_and_gets_the_jobs_identity(
     assert seen[1] is True  # a session of its own, as a fresh fork gets
     assert seen[2] is None  # the request's environment, not the zygote's
     pod.reset_clean()
+
+
+def test_the_spare_is_named_while_it_waits_and_its_job_looks_like_a_fresh_fork(
+    pod: SparePod,
+) -> None:
+    """`ps` tells a waiting spare from a job; a Python job forked from it shows the name a
+    fresh fork of the zygote shows."""
+    pod.reset_clean()
+    spare = pod.spare()
+    assert _comm(spare) == SPARE_NAME
+    attempt = pod.attempt()
+    job = pod.loop.run(pod.client.launch(
+        LaunchRequest(attempt=attempt, argv=py("import time; time.sleep(60)")))).pid
+    assert job == spare and _comm(job) == _comm(pod.zygote())
+    pod.loop.run(pod.client.stop(attempt, grace_s=0))
+    pod.reset_clean()
+
+
+def _comm(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().rstrip("\n")
 
 
 def test_a_spare_that_died_is_replaced_by_a_fresh_fork(pod: SparePod) -> None:

@@ -95,15 +95,26 @@ def test_restarted_backend_rebuilds_pods_and_holds_from_state_files() -> None:
         assert loop.run(again.list_pods()) == []
 
 
-def test_crashed_agent_is_reported_dead_and_deleted_cleanly() -> None:
-    with backend_at("crash") as (backend, loop, root):
+@pytest.mark.parametrize("isolation", ["weak", "auto"])
+def test_crashed_agent_is_reported_dead_and_deleted_cleanly(isolation: str) -> None:
+    """In weak isolation the job outlives its agent until the delete sweeps it; in a pod whose
+    zygote is the init of the job's PID namespace the kernel ends the job with the zygote."""
+    with backend_at(f"crash-{isolation}", isolation=isolation) as (backend, loop, root):
         record, client = loop.run(make_pod(backend, CPU))
+        in_namespace = loop.run(client.health()).limits.get("pid") == "namespace"
+        assert not (in_namespace and isolation == "weak")
         job = loop.run(client.launch(LaunchRequest(attempt="c:0", argv=["sleep", "100"])))
         os.kill(record.pid, signal.SIGKILL)
         backend._procs[record.name].wait(5)
         pod = loop.run(backend.get(record.name))
         assert pod is not None and not pod.alive
-        assert procfs.alive(job.pid)  # orphaned by the dead agent
+        if in_namespace:
+            deadline = time.monotonic() + 10
+            while procfs.alive(job.pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert not procfs.alive(job.pid)  # its namespace ended with the zygote
+        else:
+            assert procfs.alive(job.pid)  # orphaned by the dead agent
         loop.run(backend.delete(record.name))  # swept by the cgroup ledger / pod marker
         assert not procfs.alive(job.pid)
         assert pods_processes(root) == []

@@ -1,13 +1,16 @@
-"""A failure inside the broker's own attempt task (here: the reset call raising) must not leave
-the job RUNNING or its pod leased: the attempt is judged like a lost pod, the pod is deleted
-unverified, and the broker goes on serving."""
+"""A failure inside the broker's own attempt task must not leave the job RUNNING or its pod
+leased: before the verdict (here: draining the logs raises) the attempt is judged like a lost
+pod; after a verdict given before the reset (here: the reset call raises) the verdict stands.
+Either way the pod is deleted unverified and the broker goes on serving."""
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from firepool.model import PoolSpec
@@ -28,31 +31,53 @@ def broker(tmp_path: Path) -> Iterator[BrokerThread]:
         yield handle
 
 
-def break_next_reset(broker: BrokerThread) -> None:
+def break_next(broker: BrokerThread, step: str) -> None:
+    """The runner's next call of `step` raises inside the broker (once)."""
     runner = broker.embedded.broker.runner
-    real = runner.reset
+    real = getattr(runner, step)
 
-    async def failing(lease: object, **kw: object) -> list[str]:
-        runner.reset = real  # type: ignore[method-assign]
-        raise RuntimeError("injected: the reset call broke inside the broker")
+    async def failing(*args: object, **kw: object) -> object:
+        setattr(runner, step, real)
+        raise RuntimeError(f"injected: the {step} call broke inside the broker")
 
-    broker.call(lambda: setattr(runner, "reset", failing))
+    broker.call(lambda: setattr(runner, step, failing))
+
+
+def check_pod_not_reused(c: httpx.Client, first_pod: str) -> None:
+    again = run(c, command=[sys.executable, "-c", "pass"])
+    assert again["state"] == "SUCCEEDED"
+    assert again["pods"][0]["name"] != first_pod  # the unverified pod was not reused
 
 
 @pytest.mark.parametrize(("retries", "state"), [(0, "FAILED"), (1, "SUCCEEDED")])
-def test_a_crash_in_the_attempt_task_ends_the_attempt(
+def test_a_crash_before_the_verdict_ends_the_attempt_like_a_lost_pod(
     broker: BrokerThread, retries: int, state: str
 ) -> None:
-    break_next_reset(broker)
+    break_next(broker, "drain_logs")
     with broker.client() as c:
         job = run(c, command=[sys.executable, "-c", "pass"], max_retries=retries)
         assert job["state"] == state and job["retries"] == retries
         attempts = broker.call(lambda: broker.embedded.store.attempts(job["id"]))
         assert attempts[0].error_class is not None
         assert attempts[0].error_class.value == "PodLost"
-        first_pod = attempts[0].pods[0].pod
         core = broker.embedded.broker.core
         assert broker.call(lambda: job["id"] not in core.running)
-        again = run(c, command=[sys.executable, "-c", "pass"])
-        assert again["state"] == "SUCCEEDED"
-        assert again["pods"][0]["name"] != first_pod  # the unverified pod was not reused
+        check_pod_not_reused(c, attempts[0].pods[0].pod)
+
+
+def test_a_crash_in_the_reset_after_the_verdict_keeps_the_verdict(broker: BrokerThread) -> None:
+    break_next(broker, "reset")
+    with broker.client() as c:
+        job = run(c, command=[sys.executable, "-c", "print('kept')"], max_retries=1)
+        assert job["state"] == "SUCCEEDED" and job["retries"] == 0
+        attempts = broker.call(lambda: broker.embedded.store.attempts(job["id"]))
+        assert len(attempts) == 1 and attempts[0].error_class is None
+        assert c.get(f"/v1/jobs/{job['id']}/logs").json()["data"] == "kept\n"
+        core = broker.embedded.broker.core
+        assert broker.call(lambda: job["id"] not in core.running)
+        first_pod = attempts[0].pods[0].pod
+        check_pod_not_reused(c, first_pod)
+        deadline = time.monotonic() + 10
+        while first_pod in (names := {p["name"] for p in c.get("/v1/pods").json()["pods"]}):
+            assert time.monotonic() < deadline, names
+            time.sleep(0.05)  # deleted, not kept for anyone

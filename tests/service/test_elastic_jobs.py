@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from firepool.agent import procfs
+from firepool.agent.zygote import SPARE_NAME
 from firepool.model import PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
@@ -162,12 +163,21 @@ def test_a_job_no_size_of_which_fits_is_unschedulable(broker: BrokerThread) -> N
 
 def _rank_processes() -> set[int]:
     """PIDs of the job processes under this test's pod agents: each agent forks a zygote,
-    which forks one process per rank it runs."""
+    which forks one process per rank it runs (and, while its pod is idle, a spare child that
+    waits for the next job under its own name)."""
     procs = procfs.snapshot()
     agents = [pid for pid in procfs.descendants(procs, [os.getpid()])
               if b"firepool.agent\0" in _cmdline(pid)]
     zygotes = [pid for pid, p in procs.items() if p.ppid in agents]
-    return {pid for pid in procfs.descendants(procs, zygotes) if not procs[pid].dead}
+    return {pid for pid in procfs.descendants(procs, zygotes)
+            if not procs[pid].dead and _comm(pid) != SPARE_NAME}
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().rstrip("\n")
+    except OSError:
+        return ""
 
 
 def _cmdline(pid: int) -> bytes:

@@ -518,19 +518,29 @@ class BrokerCore:
         return [DeletePod(name, RetireReason.POD_FAILED)]
 
     def pod_deleted(self, name: str, now: float) -> list[Action]:
-        """The backend confirmed the pod is gone: release its budget, pass its gate on. A
-        deletion wakes nobody: the dispatcher's fallback tick finds the waiting jobs, and
-        their NO_CAPACITY wait wakes the scaler."""
+        """The backend confirmed the pod is gone: release its budget, pass its gate on. The
+        room it leaves wakes the scaler when a job of its pool waits for capacity (a job
+        queued while the pool was full, e.g. by a caller that learned its last verdict before
+        that job's single-use pod was deleted): no job waits for the dispatcher's fallback
+        tick to find it."""
         pod = self.tracker.get(name)
         freed, promoted = self.tracker.pod_deleted(name)
-        if pod is not None:
-            self._gen[pod.pool] += 1
         if freed is not None:
             self.ledger.release(freed)
         actions = self._promoted(promoted)
-        if pod is not None and pod.pool in self._rolling:
-            actions.append(Reconcile(pod.pool))  # the next old pod may drain now
+        if pod is not None:
+            pool = pod.pool
+            self._gen[pool] += 1
+            if pool in self._rolling or self._waits_for_capacity(pool):
+                actions.append(Reconcile(pool))  # (rolling: the next old pod may drain now)
         return actions
+
+    def _waits_for_capacity(self, pool: str) -> bool:
+        queued = self.queued
+        return any(
+            (q := queued.get(job)) is not None and q.ticket.spec.pool == pool
+            for job in self._no_capacity
+        )
 
     def tick(self, now: float) -> list[Action]:
         """Time passed: retire every pod whose owner hold ran out."""

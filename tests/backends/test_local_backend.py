@@ -93,6 +93,7 @@ def test_restarted_backend_rebuilds_pods_and_holds_from_state_files() -> None:
         loop.run(again.delete(record.name))
         assert not procfs.alive(record.pid)
         assert loop.run(again.list_pods()) == []
+        assert not list((root / ".state").glob(f"{record.name}.*"))  # record and journal
 
 
 @pytest.mark.parametrize("isolation", ["weak", "auto"])

@@ -14,9 +14,10 @@ The agent (root) keeps what it needs to reset the pod; jobs cannot read other po
 state, other processes' environments, or signal anything outside their pod.
 
 Every pod has a state file (`<root>/.state/<pod>.pod.json`, 0600) holding its record: agent URL,
-secret, devices and annotations (owner, hold...). A new backend over the same root rebuilds its
-pods from these files and checks each process is still the pod it claims to be (by the pod's
-environment marker), so a restarted broker keeps its warm pods and their owner holds. State
+secret, devices and annotations (owner, hold...), whose changes go to a journal beside it
+(`pod_state.py`). A new backend over the same root rebuilds its pods from these files and
+checks each process is still the pod it claims to be (by the pod's environment marker), so a
+restarted broker keeps its warm pods and their owner holds. State
 files and agent configs hold pod secrets, so they live outside the pod directories, and in
 private mode each agent covers the whole root in its namespace except its own pod directory:
 a job sees neither the secrets nor any other pod.
@@ -47,6 +48,7 @@ from firepool.agent.runtime import MARKER_VAR
 from firepool.backends.base import BackendCapabilities, BaseBackend, PodCreate, PodRecord
 from firepool.backends.gpus import discover
 from firepool.backends.gpus import fake_devices as make_fake_devices
+from firepool.backends.pod_state import PodStateFiles
 from firepool.model import ConfigError, PodRole, PoolSpec, UnavailableError, image_repository
 from firepool.protocol import AgentConfig, Health, IsolationMode
 
@@ -150,6 +152,7 @@ class LocalBackend(BaseBackend):
         os.chmod(self.root, 0o711)  # a job's user may pass through to its pod, never list pods
         self.state_dir = self.root / ".state"
         self.state_dir.mkdir(mode=0o700, exist_ok=True)
+        self._state = PodStateFiles(self.state_dir)
         self.uid_range = range(uid_base, uid_base + uid_count)
         self.uid_claims = Path(uid_claims)
         parent = self.root.parent
@@ -232,28 +235,15 @@ class LocalBackend(BaseBackend):
 
     # ------------------------------------------------------------------ state files
 
-    def _state_file(self, name: str) -> Path:
-        return self.state_dir / f"{name}.pod.json"
-
     def _config_file(self, name: str) -> Path:
         return self.state_dir / f"{name}.agent.json"
 
     def _save(self, record: PodRecord) -> None:
-        path = self._state_file(record.name)
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(record.model_dump_json(indent=1))
-        os.replace(tmp, path)
+        self._state.save(record)
         self._records[record.name] = record
 
     def _load(self) -> None:
-        for path in sorted(self.state_dir.glob("*.pod.json")):
-            try:
-                record = PodRecord.model_validate_json(path.read_text())
-            except (OSError, ValueError) as exc:
-                log.error("unreadable pod state %s: %s", path, exc)
-                continue
+        for record in self._state.load():
             self._records[record.name] = record.model_copy(update={"alive": self._alive(record)})
 
     # ------------------------------------------------------------------ uids
@@ -556,7 +546,8 @@ class LocalBackend(BaseBackend):
                 else:
                     annotations[key] = value
             updated = record.model_copy(update={"annotations": annotations})
-            self._save(updated)
+            self._state.save_annotations(updated)
+            self._records[name] = updated
             return updated
 
     # ------------------------------------------------------------------ delete
@@ -617,9 +608,9 @@ class LocalBackend(BaseBackend):
             with contextlib.suppress(OSError):
                 Path(line).rmdir()
         shutil.rmtree(pod_dir, ignore_errors=True)
-        for path in (self._state_file(record.name), self._config_file(record.name)):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+        self._state.remove(record.name)
+        with contextlib.suppress(FileNotFoundError):
+            self._config_file(record.name).unlink()
         self._release_uid(record.annotations.get(UID_KEY), record.name)
 
     def _sweep(self, record: PodRecord, pid_is_ours: bool) -> list[int]:

@@ -26,10 +26,10 @@ split: `queue_wait` (submit -> RUNNING committed, which is mostly waiting for th
 and `pod_to_first_instruction` (RUNNING committed -> process started: the warm start proper,
 once the pod is the job's). With one caller per identity (`--callers 16`) the two coincide.
 
-After `--warmup` seconds of the same load (every identity's first job takes its pod there),
-jobs are counted for `--seconds`. The figures come from each job's recorded timings (the broker's
-clock, this machine's wall clock), over the jobs whose terminal state was committed in the
-window:
+Before the load, each identity runs one job, all at once, so each takes one never-used pod of
+its own (`_take_one_pod_each`). After `--warmup` seconds of the load, jobs are counted for
+`--seconds`. The figures come from each job's recorded timings (the broker's clock, this
+machine's wall clock), over the jobs whose terminal state was committed in the window:
 - jobs_per_s: those jobs / window;
 - warm_start_ms: submitted -> first instruction (the process start, for `python -c pass`),
   which includes any wait for the identity's pod; split into queue_wait_ms (submitted ->
@@ -246,9 +246,25 @@ async def _wait_pods_idle(url: str, token: str, pods: int, timeout: float) -> No
             await asyncio.sleep(0.2)
 
 
+async def _take_one_pod_each(url: str, tokens: list[str]) -> None:
+    """One job per identity, all at once, before the load: each takes a never-used pod, so
+    every identity starts with exactly one pod of its own. Left to the load's first
+    submissions, both callers of one identity could take a fresh pod each and leave another
+    identity none: with floor = ceiling nothing is created for it, and its owner-held
+    neighbours always have a queued job (holds are spared then), so it waits out the run."""
+    from firepool.client import AsyncClient
+
+    async def first_job(token: str) -> None:
+        async with AsyncClient(url, token, timeout=60.0) as client:
+            await client.run("cpu", list(COMMAND), lease_tag="bench", wait_timeout=120.0)
+
+    await asyncio.gather(*(first_job(token) for token in tokens))
+
+
 async def _drive(
     url: str,
     tokens: list[str],
+    identities: int,
     callers: int,
     pods: int,
     warmup: float,
@@ -258,6 +274,7 @@ async def _drive(
 ) -> tuple[_Tally, float, float, _Cpu]:
     """Warm up, then time `seconds`; returns the tally, the window and the broker's CPU in it."""
     await _wait_pods_idle(url, tokens[0], pods, timeout=300.0)
+    await _take_one_pod_each(url, tokens[: min(identities, pods)])  # tokens[i]: identity i
     tally = _Tally()
     stop_at = time.time() + warmup + seconds
     tasks = [
@@ -405,7 +422,7 @@ def run_once(
         try:
             url, tokens, pid = ready.get(timeout=120)
             tally, began, ended, cpu = asyncio.run(
-                _drive(url, tokens, callers, pods, warmup, seconds, pid, scrape_every)
+                _drive(url, tokens, identities, callers, pods, warmup, seconds, pid, scrape_every)
             )
             stop.set()
             window.put({f.id for f in tally.finished})

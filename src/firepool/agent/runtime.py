@@ -12,6 +12,7 @@ Exit is pushed to the broker (see `events.py`) and also kept for `status`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import resource
@@ -28,6 +29,7 @@ from typing import Literal
 
 from firepool.agent import deps, fetch, isolation, pidns, procfs, ray_node, unpack
 from firepool.agent.cgroups import PodCgroups
+from firepool.agent.deadlines import Deadline, Deadlines
 from firepool.agent.entry import python_entry
 from firepool.agent.events import EventPusher
 from firepool.agent.isolation import Scratch, confine
@@ -82,7 +84,7 @@ class Attempt:
     stop_reason: StopReason | None = None
     exit: ExitEvent | None = None
     launch: LaunchResponse | None = None
-    timer: threading.Timer | None = None
+    timer: Deadline | None = None
     #: Per stream, the byte offset up to which the broker has stored the output.
     acked: dict[str, int] = field(default_factory=dict)
     #: The copiers of stdout and stderr into their bounded files.
@@ -107,6 +109,7 @@ class Agent:
         self.job_user = (uid, config.job_gid or uid) if uid is not None else None
         self.layout.create(self.job_user, private=config.isolation is IsolationMode.PRIVATE)
         self.pid = os.getpid()
+        self._deadlines = Deadlines("attempt-timeouts")
         self.start_ticks = procfs.boot_ticks_now() - 1
         self.marker_value = config.marker or f"{config.pod}.{secrets.token_hex(8)}"
         self.marker = f"{MARKER_VAR}={self.marker_value}".encode()
@@ -317,9 +320,9 @@ class Agent:
                     requirements_cached=requirements_cached,
                 )
                 if req.timeout_s is not None and attempt.exit is None:
-                    attempt.timer = threading.Timer(req.timeout_s, self._timeout, (req.attempt,))
-                    attempt.timer.daemon = True
-                    attempt.timer.start()
+                    attempt.timer = self._deadlines.after(
+                        req.timeout_s, functools.partial(self._time_out, req.attempt)
+                    )
                 return attempt.launch
 
     def _attach(self, req: LaunchRequest) -> bool:
@@ -531,6 +534,13 @@ class Agent:
                 self._kill_tree()
                 cur.exited.wait(5.0)
         return self.status(attempt_id)
+
+    def _time_out(self, attempt_id: str) -> None:
+        """On the deadline thread: the stop waits out its grace, so it gets a thread of its own
+        (the deadline thread is every attempt's; a timeout is rare)."""
+        threading.Thread(
+            target=self._timeout, args=(attempt_id,), name="timeout", daemon=True
+        ).start()
 
     def _timeout(self, attempt_id: str) -> None:
         with contextlib.suppress(NotFoundError):

@@ -37,6 +37,9 @@ class SparePod:
     def __init__(self, client: AgentClient, loop: Loop) -> None:
         self.client, self.loop = client, loop
         self.n = 0
+        #: The zygote's children when the last reset began (the spare it lets go among them).
+        self.before_reset: set[int] = set()
+        self.spare()  # the one forked at start: a reset's prefork must not race it
 
     def attempt(self) -> str:
         self.n += 1
@@ -55,16 +58,24 @@ class SparePod:
         return {p.pid for p in procfs.snapshot().values() if p.ppid == zygote and not p.dead}
 
     def spare(self, timeout: float = 10.0) -> int:
-        """The zygote's one child while no job runs: the spare (forked after the reset)."""
+        """The zygote's one child while no job runs: the spare forked after the last reset.
+        The reset's answer can come before the zygote has let the spare from before it go
+        (the agent's discard and prefork reach it after), so that one is not taken for it.
+        Every reset here waits for its spare, and so does the start, so no earlier prefork is
+        still on its way to the zygote when a reset begins."""
         deadline = time.monotonic() + timeout
-        while len(children := self.children()) != 1:
+        while True:
+            children = self.children()
+            if len(children) == 1 and not children & self.before_reset:
+                return children.pop()
             assert time.monotonic() < deadline, f"the zygote's children: {children}"
             time.sleep(0.01)
-        return children.pop()
 
     def reset_clean(self) -> None:
+        self.before_reset = self.children()
         result = self.loop.run(self.client.reset())
         assert result.clean, result.reason
+        self.spare()
 
 
 def _cmdline(pid: int) -> bytes:

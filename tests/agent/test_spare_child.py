@@ -27,6 +27,7 @@ from firepool.backends.local import LocalBackend
 from firepool.model import ConfigError, PoolSpec
 from firepool.protocol import IsolationMode, LaunchRequest
 from firepool.testing.host import needs
+from firepool.testing.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -150,10 +151,7 @@ def test_the_spare_is_named_while_it_waits_and_its_job_looks_like_a_fresh_fork(
     pod.reset_clean()
     spare = pod.spare()
     # The spare exists from its fork; it takes the name once prepared (setsid, own /proc).
-    deadline = time.monotonic() + 10
-    while _comm(spare) != SPARE_NAME:
-        assert time.monotonic() < deadline, f"the spare is still named {_comm(spare)!r}"
-        time.sleep(0.01)
+    wait_until("the spare takes its name", lambda: _comm(spare) == SPARE_NAME, timeout=10)
     attempt = pod.attempt()
     job = pod.loop.run(pod.client.launch(
         LaunchRequest(attempt=attempt, argv=py("import time; time.sleep(60)")))).pid

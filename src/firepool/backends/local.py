@@ -17,10 +17,10 @@ Every pod has a state file (`<root>/.state/<pod>.pod.json`, 0600) holding its re
 secret, devices and annotations (owner, hold...), whose changes go to a journal beside it
 (`pod_state.py`). A new backend over the same root rebuilds its pods from these files and
 checks each process is still the pod it claims to be (by the pod's environment marker), so a
-restarted broker keeps its warm pods and their owner holds. State
-files and agent configs hold pod secrets, so they live outside the pod directories, and in
-private mode each agent covers the whole root in its namespace except its own pod directory:
-a job sees neither the secrets nor any other pod.
+restarted broker keeps its warm pods and their owner holds. State files and agent configs hold
+pod secrets, so they live outside the pod directories, and in private mode each agent covers
+the whole root in its namespace except its own pod directory: a job sees neither the secrets
+nor any other pod.
 """
 
 from __future__ import annotations

@@ -59,9 +59,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firepool.bench.common import machine, percentile, print_table, write_json
+
+if TYPE_CHECKING:  # the callers import the SDK when they start (see `_caller`)
+    from firepool.api.schemas import JobOut
+    from firepool.client import AsyncClient
 
 COMMAND = ("python", "-c", "pass")
 TARGET_JOBS_PER_S = 200.0
@@ -207,6 +211,11 @@ async def _scraper(url: str, every: float, stop_at: float, tally: _Tally) -> Non
             await asyncio.sleep(every)
 
 
+async def _bench_job(client: AsyncClient) -> JobOut:
+    """The benchmark's job, submitted and waited for in one request, in the session's tag."""
+    return await client.run("cpu", list(COMMAND), lease_tag="bench", wait_timeout=120.0)
+
+
 async def _caller(url: str, token: str, stop_at: float, tally: _Tally) -> None:
     """One caller: `run` (submit and wait for the terminal state), until `stop_at`."""
     from firepool.client import AsyncClient
@@ -215,9 +224,7 @@ async def _caller(url: str, token: str, stop_at: float, tally: _Tally) -> None:
         while time.time() < stop_at:
             try:
                 tally.submitted += 1
-                job = await client.run(
-                    "cpu", list(COMMAND), lease_tag="bench", wait_timeout=120.0
-                )
+                job = await _bench_job(client)
             except Exception as err:  # counted and reported, never hidden
                 tally.errors.append(f"{type(err).__name__}: {err}")
                 await asyncio.sleep(0.1)
@@ -256,7 +263,7 @@ async def _take_one_pod_each(url: str, tokens: list[str]) -> None:
 
     async def first_job(token: str) -> None:
         async with AsyncClient(url, token, timeout=60.0) as client:
-            await client.run("cpu", list(COMMAND), lease_tag="bench", wait_timeout=120.0)
+            await _bench_job(client)
 
     await asyncio.gather(*(first_job(token) for token in tokens))
 

@@ -16,7 +16,7 @@ from firepool.sim.broker import JobRequest, SimBroker
 from firepool.sim.experiments.shared_pool import POOL
 from firepool.sim.loop import EventLoop
 from firepool.sim.venue import load_venue
-from firepool.testing.service import BrokerThread, run
+from firepool.testing.service import BrokerThread, run, settled
 
 
 def test_the_shell_is_public_and_holds_no_data(broker: BrokerThread) -> None:
@@ -129,7 +129,8 @@ def test_the_panel_plots_the_brokers_samples(broker: BrokerThread) -> None:
     client = broker.client()
     core = broker.embedded.broker
     broker.call(core.sample_timeline)
-    run(client, command=["python", "-c", "pass"], lease_tag="plot")
+    job = run(client, command=["python", "-c", "pass"], lease_tag="plot")
+    settled(broker, job["pods"][0]["name"])  # its start latency is noted once its pod is reset
     broker.call(core.sample_timeline)
     text = client.get("/dashboard/panel").raise_for_status().text
     assert "id='capacity-chart'" in text and "<polyline class='s-held'" in text

@@ -12,7 +12,7 @@ import httpx
 
 from firepool.model import PodState, TokenRole
 from firepool.protocol import ExitEvent
-from firepool.testing.service import BrokerThread, run, submit, wait_job
+from firepool.testing.service import BrokerThread, run, settled, submit, wait_job
 
 PY = sys.executable
 POOLS = ("cpu", "hint", "short", "burst", "small")
@@ -29,20 +29,6 @@ def pod_of(job: dict) -> tuple[str, str, str]:  # type: ignore[type-arg]
 
 def tracked(broker: BrokerThread, name: str) -> bool:
     return broker.call(lambda: broker.embedded.broker.tracker.get(name) is not None)
-
-
-def settled(broker: BrokerThread, name: str, timeout: float = 10.0) -> str | None:
-    """The pod's state once its job and reset are over (None if it is gone by then)."""
-
-    def state() -> str | None:
-        pod = broker.embedded.broker.tracker.get(name)
-        return None if pod is None else pod.state.value
-
-    deadline = time.monotonic() + timeout
-    while (now := broker.call(state)) in ("assigned", "running"):
-        assert time.monotonic() < deadline, f"{name} still {now}"
-        time.sleep(0.05)
-    return now
 
 
 def gone(broker: BrokerThread, name: str, timeout: float = 10.0) -> bool:
@@ -94,6 +80,7 @@ def test_owner_only_reuse(broker: BrokerThread) -> None:
         assert pod_of(other)[0] != pod
         again = run(alice, command=py("pass"), lease_tag="s")
         assert pod_of(again) == (pod, "warm", "same_session")
+        assert settled(broker, pod) == "held"  # the job's answer comes a reset earlier
         pods = {p["name"]: p for p in bob.get("/v1/pods").json()["pods"]}
         assert pods[pod]["owner"] is None  # bob does not learn who holds it
         mine = {p["name"]: p for p in alice.get("/v1/pods").json()["pods"]}

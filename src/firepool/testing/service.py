@@ -95,6 +95,22 @@ def wait_job(client: httpx.Client, job_id: str, timeout: float = 60.0) -> dict[s
         pause = min(pause * 1.5, 0.2)
 
 
+def settled(broker: BrokerThread, name: str, timeout: float = 10.0) -> str | None:
+    """The pod's state once its job and reset are over (None if it is gone by then): a job's
+    verdict is durable, and the caller sees it, while its pods are still being reset."""
+
+    def state() -> str | None:
+        pod = broker.embedded.broker.tracker.get(name)
+        return None if pod is None else pod.state.value
+
+    deadline = time.monotonic() + timeout
+    while (now := broker.call(state)) in ("assigned", "running"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name} still {now} after {timeout}s")
+        time.sleep(0.05)
+    return now
+
+
 def submit(client: httpx.Client, **spec: Any) -> str:
     spec.setdefault("pool", "cpu")
     resp = client.post("/v1/jobs", json=spec)

@@ -17,6 +17,7 @@ from firepool.model import PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.testing.service import BrokerThread, run, running_broker
+from firepool.testing.waiting import wait_until
 
 POOL = PoolSpec(name="cpu", min_count=1, max_idle_count=1, max_count=2, idle_timeout=60.0,
                 memory_mib_per_pod=512, step=1)
@@ -61,7 +62,7 @@ def test_a_crash_before_the_verdict_ends_the_attempt_like_a_lost_pod(
         assert attempts[0].error_class is not None
         assert attempts[0].error_class.value == "PodLost"
         core = broker.embedded.broker.core
-        assert broker.call(lambda: job["id"] not in core.running)
+        wait_until("the attempt over", lambda: broker.call(lambda: job["id"] not in core.running))
         check_pod_not_reused(c, attempts[0].pods[0].pod)
 
 
@@ -74,7 +75,7 @@ def test_a_crash_in_the_reset_after_the_verdict_keeps_the_verdict(broker: Broker
         assert len(attempts) == 1 and attempts[0].error_class is None
         assert c.get(f"/v1/jobs/{job['id']}/logs").json()["data"] == "kept\n"
         core = broker.embedded.broker.core
-        assert broker.call(lambda: job["id"] not in core.running)
+        wait_until("the attempt over", lambda: broker.call(lambda: job["id"] not in core.running))
         first_pod = attempts[0].pods[0].pod
         check_pod_not_reused(c, first_pod)
         deadline = time.monotonic() + 10

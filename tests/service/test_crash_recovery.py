@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from firepool.testing.service import TERMINAL
+from firepool.testing.service import TERMINAL, wait_pod
 
 CATALOG = """
 [[pools]]
@@ -108,9 +108,7 @@ def test_sigkill_and_restart_loses_nothing_and_runs_nothing_twice(tmp_path: Path
                 json={"pool": "cpu", "command": ["python", "-c", body], "lease_tag": "b"},
             ).json()["id"]
             running = wait_state(bob, long, {"RUNNING"})
-            hold_until = {p["name"]: p for p in c.get("/v1/pods").json()["pods"]}[held][
-                "hold_until"
-            ]
+            hold_until = wait_pod(c, held)["hold_until"]  # held once its reset is over
             assert hold_until is not None
             assert running["pods"][0]["name"] != held
             deadline = time.monotonic() + 30

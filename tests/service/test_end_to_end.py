@@ -93,6 +93,7 @@ def test_owner_only_reuse(broker: BrokerThread) -> None:
 def test_new_tag_recycles_once_then_retires(broker: BrokerThread) -> None:
     with broker.client("alice") as c:
         pod, _, _ = pod_of(run(c, command=py("pass"), lease_tag="s1"))
+        assert settled(broker, pod) == "held"  # else s2 takes a free pod, not one resetting
         assert pod_of(run(c, command=py("pass"), lease_tag="s2")) == (
             pod, "recycled", "new_session",
         )  # fmt: skip
@@ -103,6 +104,7 @@ def test_new_tag_recycles_once_then_retires(broker: BrokerThread) -> None:
 def test_queue_switch_recycles_once_then_retires(broker: BrokerThread) -> None:
     with broker.client("alice") as c:
         pod, _, _ = pod_of(run(c, command=py("pass"), queue="a"))
+        assert settled(broker, pod) == "held"
         assert pod_of(run(c, command=py("pass"), queue="b")) == (pod, "recycled", "queue_switch")
         assert gone(broker, pod)
 
@@ -117,6 +119,7 @@ def test_hold_expiry_retires_the_pod(broker: BrokerThread) -> None:
 def test_tag_as_hint_keeps_the_pod(broker: BrokerThread) -> None:
     with broker.client("alice") as c:
         pod, _, _ = pod_of(run(c, pool="hint", command=py("pass"), lease_tag="s1"))
+        assert settled(broker, pod) == "held"
         assert pod_of(run(c, pool="hint", command=py("pass"), lease_tag="s2")) == (
             pod, "warm", "tag_hint",
         )  # fmt: skip

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from firepool.model import PoolSpec
 from firepool.service.telemetry import HeldClock, held_counts
-from firepool.testing.service import BrokerThread, run
+from firepool.testing.service import BrokerThread, run, settled
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -36,6 +36,7 @@ def test_metrics_after_real_jobs(broker: BrokerThread) -> None:
     bad = run(client, command=["python", "-c", "raise SystemExit(3)"], lease_tag="m")
     assert [j["state"] for j in ok] == ["SUCCEEDED", "SUCCEEDED"]
     assert bad["error_class"] == "NonZeroExit"
+    settled(broker, bad["pods"][0]["name"])  # an attempt's latencies are noted after its reset
     text, samples = scrape(broker)
 
     # per job: how each got its pod, how long it waited, how long it ran, how it ended
@@ -75,7 +76,8 @@ def test_metrics_after_real_jobs(broker: BrokerThread) -> None:
 
     # held pod-seconds only grow, and grow while pods are held
     before = value(samples, "firepool_held_pod_seconds_total", pool="cpu")
-    run(client, command=["python", "-c", "pass"], lease_tag="m")
+    last = run(client, command=["python", "-c", "pass"], lease_tag="m")
+    settled(broker, last["pods"][0]["name"])
     _, later = scrape(broker)
     assert value(later, "firepool_held_pod_seconds_total", pool="cpu") > before
     assert value(later, "firepool_job_start_latency_seconds_count", pool="cpu") == 4

@@ -186,6 +186,8 @@ class _Tally:
     renders_ms: list[float] = field(default_factory=list)
     #: ... and the CPU time the broker's thread spent in each render.
     render_cpu_ms: list[float] = field(default_factory=list)
+    #: ... and the time that thread was runnable but the OS ran something else (Linux).
+    render_runqueue_ms: list[float] = field(default_factory=list)
     #: The broker's own view of its /metrics requests (the handler, without HTTP or queueing):
     #: (count, seconds, count within 5 ms), from its request-latency histogram.
     scrape_server: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -208,6 +210,8 @@ async def _scraper(url: str, every: float, stop_at: float, tally: _Tally) -> Non
             if "render" in timing and "cpu" in timing:
                 tally.renders_ms.append(float(timing["render"]))
                 tally.render_cpu_ms.append(float(timing["cpu"]))
+                if "runqueue" in timing:
+                    tally.render_runqueue_ms.append(float(timing["runqueue"]))
             await asyncio.sleep(every)
 
 
@@ -480,6 +484,7 @@ def run_once(
         "scrapes_ms": tally.scrapes_ms,
         "renders_ms": tally.renders_ms,
         "render_cpu_ms": tally.render_cpu_ms,
+        "render_runqueue_ms": tally.render_runqueue_ms,
         "succeeded": sum(f.state == "SUCCEEDED" for f in in_window),
         "warm_acquisitions": sum(f.acquisition == "warm" for f in in_window),
         "store_jobs_in_window": len(store_in_window),

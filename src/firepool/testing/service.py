@@ -111,6 +111,23 @@ def settled(broker: BrokerThread, name: str, timeout: float = 10.0) -> str | Non
     return now
 
 
+def wait_pod(
+    client: httpx.Client, name: str, state: str = "held", timeout: float = 30.0
+) -> dict[str, Any]:
+    """Poll `/v1/pods` until the pod is in `state`; returns its JSON. Over HTTP, for a broker
+    in another process (a held pod's hold starts once its reset is over)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = {p["name"]: p for p in client.get("/v1/pods").raise_for_status().json()["pods"]}
+        pod: dict[str, Any] | None = pods.get(name)
+        if pod is not None and pod["state"] == state:
+            return pod
+        if time.monotonic() > deadline:
+            now = None if pod is None else pod["state"]
+            raise TimeoutError(f"pod {name} still {now}, not {state}, after {timeout}s")
+        time.sleep(0.05)
+
+
 def submit(client: httpx.Client, **spec: Any) -> str:
     spec.setdefault("pool", "cpu")
     resp = client.post("/v1/jobs", json=spec)

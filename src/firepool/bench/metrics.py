@@ -78,6 +78,7 @@ def scraping(rounds: int, seconds: float, warmup: float, every: float) -> dict[s
     slept = [
         max(wall - used - wait, 0.0)
         for r in runs["on"]
+        if len(r["render_runqueue_ms"]) == len(r["renders_ms"])  # Linux: one per render
         for wall, used, wait in zip(
             r["renders_ms"], r["render_cpu_ms"], r["render_runqueue_ms"], strict=True
         )

@@ -95,7 +95,7 @@ def wait_job(client: httpx.Client, job_id: str, timeout: float = 60.0) -> dict[s
         pause = min(pause * 1.5, 0.2)
 
 
-def settled(broker: BrokerThread, name: str, timeout: float = 10.0) -> str | None:
+def settled(broker: BrokerThread, name: str, timeout: float = 30.0) -> str | None:
     """The pod's state once its job and reset are over (None if it is gone by then): a job's
     verdict is durable, and the caller sees it, while its pods are still being reset."""
 

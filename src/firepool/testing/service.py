@@ -18,6 +18,7 @@ import httpx
 
 from firepool.composition import EmbeddedBroker
 from firepool.model import TokenRole
+from firepool.testing.waiting import wait_until
 
 T = TypeVar("T")
 
@@ -98,17 +99,18 @@ def wait_job(client: httpx.Client, job_id: str, timeout: float = 60.0) -> dict[s
 def settled(broker: BrokerThread, name: str, timeout: float = 30.0) -> str | None:
     """The pod's state once its job and reset are over (None if it is gone by then): a job's
     verdict is durable, and the caller sees it, while its pods are still being reset."""
+    seen: list[str | None] = [None]
 
-    def state() -> str | None:
+    def state() -> str | None:  # read on the broker's loop, where the tracker changes
         pod = broker.embedded.broker.tracker.get(name)
         return None if pod is None else pod.state.value
 
-    deadline = time.monotonic() + timeout
-    while (now := broker.call(state)) in ("assigned", "running"):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{name} still {now} after {timeout}s")
-        time.sleep(0.05)
-    return now
+    def over() -> bool:
+        seen[0] = broker.call(state)
+        return seen[0] not in ("assigned", "running")
+
+    wait_until(f"pod {name} out of its job and reset", over, timeout)
+    return seen[0]
 
 
 def wait_pod(
@@ -116,16 +118,16 @@ def wait_pod(
 ) -> dict[str, Any]:
     """Poll `/v1/pods` until the pod is in `state`; returns its JSON. Over HTTP, for a broker
     in another process (a held pod's hold starts once its reset is over)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pods = {p["name"]: p for p in client.get("/v1/pods").raise_for_status().json()["pods"]}
-        pod: dict[str, Any] | None = pods.get(name)
-        if pod is not None and pod["state"] == state:
-            return pod
-        if time.monotonic() > deadline:
-            now = None if pod is None else pod["state"]
-            raise TimeoutError(f"pod {name} still {now}, not {state}, after {timeout}s")
-        time.sleep(0.05)
+    found: dict[str, Any] = {}
+
+    def there() -> bool:
+        pods = client.get("/v1/pods").raise_for_status().json()["pods"]
+        found.clear()
+        found.update(next((p for p in pods if p["name"] == name), {}))
+        return found.get("state") == state
+
+    wait_until(f"pod {name} {state}", there, timeout)
+    return found
 
 
 def submit(client: httpx.Client, **spec: Any) -> str:

@@ -13,8 +13,9 @@ from firepool.bench import throughput
 
 def test_throughput_benchmark_counts_what_the_store_shows(tmp_path: Path) -> None:
     out = tmp_path / "throughput.json"
-    argv = ["--pods", "2", "--callers", "3", "--seconds", "2", "--warmup", "1"]
+    argv = ["--pods", "2", "--callers", "3", "--seconds", "4", "--warmup", "1"]
     argv += ["--scrape-every", "0.5"]  # a Prometheus-like scraper rides along
+    argv += ["--flood-phase", "1"]  # and a flooding one: 1 s phases from 1 s in
     assert throughput.main([*argv, "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert (r["pods"], r["callers"], r["identities"], r["store"]) == (2, 3, 2, "sqlite")
@@ -48,3 +49,13 @@ def test_throughput_benchmark_counts_what_the_store_shows(tmp_path: Path) -> Non
         queued = zip(r["render_runqueue_ms"], r["renders_ms"], strict=True)
         assert all(0 <= q <= wall + 0.01 for q, wall in queued)  # a part of the render's time
     assert 0 < r["scrape_render_ms_p50"] <= r["scrape_render_ms_p99"]
+    # The flood ran a flood and a quiet phase (and a third flood phase where the window had
+    # room for it; a phase never ends past the window) and measured both.
+    flood = r["flood"]
+    assert flood["phases"] in (2, 3) and flood["pairs"] == 1
+    assert flood["flood_scrapes_per_s"] > 1 and flood["scraper_cpu_ms_per_scrape"] > 0
+    assert flood["jobs_per_s_flood"] > 0 and flood["jobs_per_s_quiet"] > 0
+    assert math.isclose(
+        flood["ratio_pooled"], flood["jobs_per_s_flood"] / flood["jobs_per_s_quiet"]
+    )
+

@@ -62,6 +62,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from firepool.bench.common import machine, percentile, print_table, write_json
+from firepool.bench.flood import FLOOD_SETTLE_S, scrape_in_phases
+from firepool.bench.flood import summarize as flood_summary
 
 if TYPE_CHECKING:  # the callers import the SDK when they start (see `_caller`)
     from firepool.api.schemas import JobOut
@@ -191,6 +193,8 @@ class _Tally:
     #: The broker's own view of its /metrics requests (the handler, without HTTP or queueing):
     #: (count, seconds, count within 5 ms), from its request-latency histogram.
     scrape_server: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    #: `flood.Phase`s as dicts, with `--flood-phase`.
+    flood_phases: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def _scraper(url: str, every: float, stop_at: float, tally: _Tally) -> None:
@@ -282,8 +286,11 @@ async def _drive(
     seconds: float,
     pid: int,
     scrape_every: float | None = None,
+    flood_phase_s: float | None = None,
 ) -> tuple[_Tally, float, float, _Cpu]:
-    """Warm up, then time `seconds`; returns the tally, the window and the broker's CPU in it."""
+    """Warm up, then time `seconds`; returns the tally, the window and the broker's CPU in it.
+    With `flood_phase_s`, `flood.scrape_in_phases` runs through the window in a process of
+    its own and its phases go in `tally.flood_phases`."""
     await _wait_pods_idle(url, tokens[0], pods, timeout=300.0)
     await _take_one_pod_each(url, tokens[: min(identities, pods)])  # tokens[i]: identity i
     tally = _Tally()
@@ -297,10 +304,23 @@ async def _drive(
     began = time.time()
     if scrape_every is not None:
         tasks.append(asyncio.create_task(_scraper(url, scrape_every, stop_at, tally)))
+    flooder, phases = None, None
+    if flood_phase_s is not None:
+        context = multiprocessing.get_context("spawn")
+        phases = context.Queue()
+        flooder = context.Process(
+            target=scrape_in_phases,
+            args=(url, pid, began + 1.0, flood_phase_s, stop_at, phases),  # 1 s to start
+            name="firepool-bench-flood",
+        )
+        flooder.start()
     before = _Cpu.now(pid)
     await asyncio.sleep(max(0.0, stop_at - time.time()))
     ended = time.time()
     cpu = _Cpu.now(pid).minus(before)
+    if flooder is not None and phases is not None:
+        tally.flood_phases = await asyncio.to_thread(phases.get, True, 60.0)
+        await asyncio.to_thread(flooder.join, 30.0)
     tally.requests = await _requests_by_route(url)
     tally.requests.subtract(requests_before)
     tally.scrape_server = await _scrape_server_side(url)
@@ -412,6 +432,7 @@ def run_once(
     warmup: float,
     store_url: str | None,
     scrape_every: float | None = None,
+    flood_phase_s: float | None = None,
 ) -> dict[str, object]:
     context = multiprocessing.get_context("spawn")
     ready, stop, window, counted = (
@@ -433,7 +454,18 @@ def run_once(
         try:
             url, tokens, pid = ready.get(timeout=120)
             tally, began, ended, cpu = asyncio.run(
-                _drive(url, tokens, identities, callers, pods, warmup, seconds, pid, scrape_every)
+                _drive(
+                    url,
+                    tokens,
+                    identities,
+                    callers,
+                    pods,
+                    warmup,
+                    seconds,
+                    pid,
+                    scrape_every,
+                    flood_phase_s,
+                )
             )
             stop.set()
             window.put({f.id for f in tally.finished})
@@ -518,6 +550,16 @@ def run_once(
         ),
         "loadavg_before": load_before,
         "loadavg_after": _loadavg(),
+        "flood": (
+            flood_summary(
+                tally.flood_phases,
+                [t["finished"] for t in records if t.get("finished") is not None],
+                settle_s=FLOOD_SETTLE_S,
+                rates={"every 0.25 s": 4.0, "every 15 s": 1.0 / 15.0},
+            )
+            if tally.flood_phases
+            else None
+        ),
     }
 
 
@@ -541,10 +583,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--scrape-every", type=float, default=None, help="GET /metrics every S seconds"
     )
+    parser.add_argument(
+        "--flood-phase",
+        type=float,
+        default=None,
+        help="alternate S-second phases of back-to-back /metrics scrapes and none (bench.flood)",
+    )
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args(argv)
     if args.pods < 1 or args.callers < 1:
         parser.error("--pods and --callers must be >= 1")
+    if args.flood_phase is not None and args.flood_phase <= FLOOD_SETTLE_S:
+        parser.error(f"--flood-phase must be longer than {FLOOD_SETTLE_S} s")
     identities = args.identities or min(args.callers, args.pods)
     result = run_once(
         pods=args.pods,
@@ -554,6 +604,7 @@ def main(argv: list[str]) -> int:
         warmup=args.warmup,
         store_url=args.store,
         scrape_every=args.scrape_every,
+        flood_phase_s=args.flood_phase,
     )
     result.update(
         pods=args.pods,
@@ -635,7 +686,27 @@ def main(argv: list[str]) -> int:
                 if r.get("scrapes")
                 else []
             ),
+            *(_flood_rows(r["flood"]) if r.get("flood") else []),
         ],
     )
     write_json(args.json_path, result)
     return 0 if not r["errors"] and r["jobs"] else 1
+
+
+def _flood_rows(flood: dict[str, Any]) -> list[tuple[str, str, str]]:
+    projected = ", ".join(f"{100 * v:.2f}% {k}" for k, v in flood["projected_loss"].items())
+    return [
+        (
+            "jobs/s in flood / quiet phases (pairs)",
+            f"{flood['jobs_per_s_flood']:.1f} / {flood['jobs_per_s_quiet']:.1f} "
+            f"({flood['pairs']}; ratio {flood['ratio_pooled']:.3f})",
+            "",
+        ),
+        ("  flood scrapes/s", f"{flood['flood_scrapes_per_s']:.1f}", ""),
+        (
+            "  CPU per scrape (ms): broker / scraper",
+            f"{flood['broker_cpu_ms_per_scrape']:.2f} / {flood['scraper_cpu_ms_per_scrape']:.2f}",
+            "",
+        ),
+        ("  jobs/s lost to scraping, projected", projected, "<= 3%"),
+    ]

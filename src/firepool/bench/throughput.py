@@ -553,7 +553,7 @@ def run_once(
         "flood": (
             flood_summary(
                 tally.flood_phases,
-                [t["finished"] for t in records if t.get("finished") is not None],
+                [end for t in records if (end := t.get("finished")) is not None],
                 settle_s=FLOOD_SETTLE_S,
                 rates={"every 0.25 s": 4.0, "every 15 s": 1.0 / 15.0},
             )

@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 from firepool.bench.common import machine, percentile, print_table, write_json
 from firepool.bench.flood import FLOOD_SETTLE_S, scrape_in_phases
 from firepool.bench.flood import summarize as flood_summary
+from firepool.service.tuning import run_serving
 
 if TYPE_CHECKING:  # the callers import the SDK when they start (see `_caller`)
     from firepool.api.schemas import JobOut
@@ -87,7 +88,8 @@ def _serve(
 ) -> None:
     """Child process: the embedded broker with one `cpu` pool of `pods` pods, serving until
     `stop` is set; then answer which of the jobs the parent names the store holds terminal."""
-    asyncio.run(_serve_async(data_dir, store_url, pods, identities, ready, stop, window, counted))
+    # on uvloop where installed, as `firepool serve` runs
+    run_serving(_serve_async(data_dir, store_url, pods, identities, ready, stop, window, counted))
 
 
 async def _serve_async(

@@ -13,6 +13,7 @@ import typer
 
 from firepool.client.config import default_data_dir
 from firepool.model import ConfigError, FirepoolError, TokenRole
+from firepool.service.tuning import run_serving
 
 if TYPE_CHECKING:
     from firepool.backends.kubernetes import KubernetesSettings
@@ -131,7 +132,7 @@ def serve(
             await stop.wait()
             log.info("shutting down")
 
-    asyncio.run(run())
+    run_serving(run())
 
 
 def kubernetes_settings(

@@ -14,12 +14,14 @@ import multiprocessing
 from pathlib import Path
 from typing import Any
 
+from firepool.service.tuning import run_serving
+
 #: The phases that get a pool of their own: the short-job stream and the loops.
 PHASES = ("short", "agent", "rl")
 
 
 def _serve(data_dir: str, cap: int, callers: list[str], ready: Any, stop: Any) -> None:
-    asyncio.run(_serve_async(data_dir, cap, callers, ready, stop))
+    run_serving(_serve_async(data_dir, cap, callers, ready, stop))  # as `firepool serve` runs
 
 
 async def _serve_async(data_dir: str, cap: int, callers: list[str], ready: Any, stop: Any) -> None:

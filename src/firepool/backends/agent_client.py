@@ -1,15 +1,14 @@
-"""The broker's client for one pod agent (async, on httpx's transport layer, httpcore).
+"""The broker's client for one pod agent (async).
 
 Every method maps the agent's typed error body back to the same `FirepoolError` subclass the
 agent raised (`ConflictError` for a stale attempt id or a dirty pod, `LaunchFailedError`,
 `DependencyInstallFailedError`, `BadPackageError`...), and a connection failure to
 `UnavailableError`, so the dispatcher can branch on types, never on strings.
 
-Why httpcore and not `httpx.AsyncClient`: the broker makes two calls per job to an agent
-(launch and reset) to a fixed base URL with fixed headers, and the client layer's URL merging,
-cookie jar, auth and redirect handling cost about a third of each call's CPU on the broker's
-event loop, where every millisecond is a job-per-second ceiling. httpcore is the connection
-pool httpx itself sends through; nothing of HTTP is written here.
+Calls with a whole answer (launch and reset above all: two per job, on the broker's event
+loop, where every millisecond is a job-per-second ceiling) go through `agent_http`'s
+keep-alive connections; the log stream, long-lived and rare, through httpcore (the
+connection pool httpx itself sends through).
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from urllib.parse import urlencode
 import httpcore
 from pydantic import BaseModel
 
+from firepool.backends.agent_http import AgentConnections, AgentHTTPError
 from firepool.model import UnavailableError
 from firepool.protocol import (
     AttemptStatus,
@@ -51,6 +51,8 @@ _TRANSPORT_ERRORS = (
     httpcore.UnsupportedProtocol,
     OSError,
 )
+#: ... and in `agent_http` (its ConnectionError is an OSError; a timeout is TimeoutError).
+_CALL_ERRORS = (AgentHTTPError, TimeoutError, OSError)
 
 
 class AgentClient:
@@ -58,6 +60,7 @@ class AgentClient:
         self.base_url = base_url.rstrip("/")
         self._timeout = timeout
         self._auth = (b"Authorization", f"Bearer {secret}".encode())
+        self._calls = AgentConnections(self.base_url, self._auth[1])
         self._pool = httpcore.AsyncConnectionPool()
 
     async def __aenter__(self) -> AgentClient:
@@ -67,6 +70,7 @@ class AgentClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        self._calls.close()
         await self._pool.aclose()
 
     def _request(
@@ -83,16 +87,14 @@ class AgentClient:
         self, method: str, path: str, model: type[M], body: Any = None, timeout: float | None = None
     ) -> M:
         content = body.model_dump_json().encode() if isinstance(body, BaseModel) else body
-        verb, url, headers, extensions = self._request(method, path, content, timeout)
+        limit = self._timeout if timeout is None else timeout
         try:
-            resp = await self._pool.request(
-                verb, url, headers=headers, content=content, extensions=extensions
-            )
-        except _TRANSPORT_ERRORS as exc:
+            status, answer = await self._calls.request(method, path, content, limit)
+        except _CALL_ERRORS as exc:
             raise UnavailableError(f"agent at {self.base_url}: {exc!r}") from None
-        if resp.status >= 400:
-            raise _error(resp.content, resp.status)
-        return model.model_validate_json(resp.content)
+        if status >= 400:
+            raise _error(answer, status)
+        return model.model_validate_json(answer)
 
     async def health(self) -> Health:
         return await self._call("GET", "/v1/health", Health)

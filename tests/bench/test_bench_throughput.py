@@ -44,6 +44,8 @@ def test_throughput_benchmark_counts_what_the_store_shows(tmp_path: Path) -> Non
     assert r["scrape_server_ms_mean"] > 0 and 0 <= r["scrape_server_within_5ms"] <= 1
     # Each scrape's Server-Timing was read: one render time and one CPU time per scrape.
     assert len(r["renders_ms"]) == len(r["render_cpu_ms"]) == r["scrapes"]
+    used = zip(r["render_cpu_ms"], r["renders_ms"], strict=True)
+    assert all(0 <= cpu <= wall + 0.01 for cpu, wall in used)  # a part of the render's time
     if Path("/proc/thread-self/schedstat").exists():  # the kernel says how long it queued
         assert len(r["render_runqueue_ms"]) == r["scrapes"]
         queued = zip(r["render_runqueue_ms"], r["renders_ms"], strict=True)

@@ -45,11 +45,17 @@ async def metrics(context: Context) -> Response:
     wall time, `cpu` the CPU time of the thread in it and, on Linux, `runqueue` the time the
     thread was ready but the OS ran something else. The rest of the wall time the thread
     slept: in a broker, waiting for the GIL held by one of its own threads."""
-    began, cpu, queued = time.perf_counter(), time.thread_time(), _run_delay()
+    # Read nested (wall, CPU, run queue, render, run queue, CPU, wall), so that the CPU and
+    # the run-queue time are parts of the wall time even when the OS preempts the thread
+    # between two of the reads.
+    began = time.perf_counter()
+    cpu = time.thread_time()
+    queued = _run_delay()
     body = render(context.metrics.registry)
-    took = (time.perf_counter() - began) * 1000.0
+    after = _run_delay()
     used = (time.thread_time() - cpu) * 1000.0
+    took = (time.perf_counter() - began) * 1000.0
     timing = f"render;dur={took:.3f}, cpu;dur={used:.3f}"
-    if queued is not None and (after := _run_delay()) is not None:
+    if queued is not None and after is not None:
         timing += f", runqueue;dur={(after - queued) * 1000.0:.3f}"
     return Response(body, media_type=CONTENT_TYPE_LATEST, headers={"Server-Timing": timing})

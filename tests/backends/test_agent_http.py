@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from firepool.backends.agent_client import AgentClient
 from firepool.backends.agent_http import AgentConnections, AgentHTTPError
+from firepool.model import UnavailableError
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, Any, None]]
 
@@ -199,7 +201,19 @@ async def test_nothing_listening_is_an_os_error() -> None:
         await calls.request("GET", "/v1/health", None, timeout=5)
 
 
-@pytest.mark.parametrize("url", ["https://127.0.0.1:1", "127.0.0.1:8080", "http://"])
-def test_an_agent_url_that_is_not_plain_http_is_refused(url: str) -> None:
-    with pytest.raises(ValueError, match="an agent URL is http://host:port"):
-        AgentConnections(url, b"Bearer x")
+@pytest.mark.parametrize("url", ["https://127.0.0.1:1", "127.0.0.1:8080", "http://", ""])
+def test_a_request_to_an_agent_url_that_is_not_plain_http_fails(url: str) -> None:
+    # "" is a Kubernetes pod's URL before it has an address: its client is made, its calls
+    # fail as an unreachable agent's do (the AgentClient says UnavailableError).
+    calls = AgentConnections(url, b"Bearer x")
+    with pytest.raises(AgentHTTPError, match="an agent URL is http://host:port"):
+        asyncio.run(calls.request("GET", "/v1/health", None, timeout=5))
+
+
+def test_an_agent_client_without_an_address_is_unavailable_not_broken() -> None:
+    async def health() -> None:
+        async with AgentClient("", "secret") as client:
+            await client.health()
+
+    with pytest.raises(UnavailableError, match="an agent URL is http://host:port"):
+        asyncio.run(health())

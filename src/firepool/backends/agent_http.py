@@ -88,9 +88,14 @@ class AgentConnections:
 
     def __init__(self, base_url: str, authorization: bytes) -> None:
         parts = urlsplit(base_url)
-        if parts.scheme != "http" or parts.hostname is None:
-            raise ValueError(f"an agent URL is http://host:port, not {base_url!r}")
-        self.host, self.port = parts.hostname, parts.port or 80
+        # Not refused here: a pod may not have its address yet (a Kubernetes pod before it
+        # is scheduled has the URL ""); each request fails until its client is made again.
+        self._unusable = (
+            None
+            if parts.scheme == "http" and parts.hostname
+            else f"an agent URL is http://host:port, not {base_url!r}"
+        )
+        self.host, self.port = parts.hostname or "", parts.port or 80
         self._head = f"Host: {parts.netloc}\r\nAuthorization: ".encode() + authorization + b"\r\n"
         self._idle: list[_Connection] = []
         self._closed = False
@@ -100,6 +105,8 @@ class AgentConnections:
     ) -> tuple[int, bytes]:
         """(status, body) of one exchange; `timeout` bounds connecting and answering both.
         Raises AgentHTTPError, TimeoutError or OSError."""
+        if self._unusable is not None:
+            raise AgentHTTPError(self._unusable)
         lines = [f"{method} {target} HTTP/1.1\r\n".encode(), self._head]
         if body is not None:
             lines.append(b"Content-Type: application/json\r\n")

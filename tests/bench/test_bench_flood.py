@@ -63,3 +63,15 @@ def test_a_trailing_flood_phase_without_its_quiet_one_is_left_out() -> None:
 def test_too_short_a_run_is_an_error_not_a_figure() -> None:
     with pytest.raises(ValueError, match="no flood/quiet pair of 1 phases"):
         summarize([_phase(0, 200, 1.2)], [100.7, 101.0], settle_s=0.5, rates={})
+
+
+def test_a_quiet_phase_without_a_job_is_no_baseline_and_its_pair_is_left_out() -> None:
+    # The first pair's quiet phase saw no job (a stalled broker): only the second pair counts,
+    # its scrapes and CPU included, none of the first's.
+    phases = [_phase(0, 999, 9.9), _phase(1, 0, 0.1), _phase(2, 200, 1.2), _phase(3, 0, 1.0)]
+    finished = _finishing(100.5, 102.0, 50.0)  # the first flood phase only
+    finished += _finishing(104.5, 106.0, 90.0) + _finishing(106.5, 108.0, 100.0)
+    s = summarize(phases, finished, settle_s=0.5, rates={})
+    assert s["pairs"] == 1 and math.isclose(s["ratio_pooled"], 0.9)
+    assert math.isclose(s["flood_scrapes_per_s"], 100.0)
+    assert math.isclose(s["broker_cpu_ms_per_scrape"], 1.5)

@@ -100,26 +100,29 @@ def summarize(
         counted_from = p["start"] + settle_s
         jobs = sum(counted_from <= t < p["end"] for t in finished)
         per_phase.append(jobs / (p["end"] - counted_from))
-    pairs = [
-        (per_phase[i], per_phase[i + 1])
-        for i in range(0, len(phases) - 1, 2)
-        if phases[i]["flood"] and per_phase[i + 1] > 0
+    # Each flood phase with the quiet phase after it (a quiet phase without a job is no
+    # baseline: that pair is left out).
+    starts = [
+        i for i in range(0, len(phases) - 1, 2) if phases[i]["flood"] and per_phase[i + 1] > 0
     ]
-    if not pairs:
+    if not starts:
         raise ValueError(f"no flood/quiet pair of {len(phases)} phases: run longer")
-    flood_s = sum(p["end"] - p["start"] for p in phases[: 2 * len(pairs) : 2])
-    quiet_s = sum(p["end"] - p["start"] for p in phases[1 : 2 * len(pairs) : 2])
-    scrapes = sum(p["scrapes"] for p in phases[: 2 * len(pairs) : 2])
+    pairs = [(per_phase[i], per_phase[i + 1]) for i in starts]
+    floods = [phases[i] for i in starts]
+    quiets = [phases[i + 1] for i in starts]
+    flood_s = sum(p["end"] - p["start"] for p in floods)
+    quiet_s = sum(p["end"] - p["start"] for p in quiets)
+    scrapes = sum(p["scrapes"] for p in floods)
     rate = scrapes / flood_s
     on = sum(a for a, _ in pairs) / len(pairs)
     off = sum(b for _, b in pairs) / len(pairs)
     ratio = on / off
     loss_per_rate = (1.0 - ratio) / rate if rate else float("nan")
-    broker_on = sum(p["broker_cpu_s"] for p in phases[: 2 * len(pairs) : 2]) / flood_s
-    broker_off = sum(p["broker_cpu_s"] for p in phases[1 : 2 * len(pairs) : 2]) / quiet_s
+    broker_on = sum(p["broker_cpu_s"] for p in floods) / flood_s
+    broker_off = sum(p["broker_cpu_s"] for p in quiets) / quiet_s
     # The flood phases also ran fewer jobs, each with the quiet phases' CPU per job.
     jobs_cpu_on = on * broker_off / off
-    scraper_cpu = sum(p["scraper_cpu_s"] for p in phases[: 2 * len(pairs) : 2])
+    scraper_cpu = sum(p["scraper_cpu_s"] for p in floods)
     return {
         "phases": len(phases),
         "pairs": len(pairs),

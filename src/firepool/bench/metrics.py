@@ -47,23 +47,27 @@ TARGET_JOBS_LOSS = 0.03
 TARGET_PAGE_P99_MS = 300.0
 
 
-def scraping(rounds: int, seconds: float, warmup: float, every: float) -> dict[str, Any]:
+def _load(seconds: float, warmup: float, **scrapers: float | None) -> dict[str, Any]:
+    """One `bench throughput` run in the issue's shape (16 pods, 32 callers, 16 identities,
+    SQLite), with the scrapers `run_once` takes (`scrape_every`, `flood_phase_s`)."""
     from firepool.bench.throughput import run_once
 
+    return run_once(
+        pods=16,
+        callers=32,
+        identities=16,
+        seconds=seconds,
+        warmup=warmup,
+        store_url=None,
+        **scrapers,
+    )
+
+
+def scraping(rounds: int, seconds: float, warmup: float, every: float) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
     for i in range(rounds):
         for arm in ("off", "on") if i % 2 == 0 else ("on", "off"):  # neither arm always first
-            runs[arm].append(
-                run_once(
-                    pods=16,
-                    callers=32,
-                    identities=16,
-                    seconds=seconds,
-                    warmup=warmup,
-                    store_url=None,
-                    scrape_every=every if arm == "on" else None,
-                )
-            )
+            runs[arm].append(_load(seconds, warmup, scrape_every=every if arm == "on" else None))
     off = median([r["jobs_per_s"] for r in runs["off"]])
     on = median([r["jobs_per_s"] for r in runs["on"]])
     # Each round's two runs ran back to back: their ratio sees the least of the machine's
@@ -120,19 +124,9 @@ def scraping(rounds: int, seconds: float, warmup: float, every: float) -> dict[s
 def amplified(
     rounds: int, seconds: float, warmup: float, phase: float, every: float
 ) -> dict[str, Any]:
-    from firepool.bench.throughput import run_once
-
     floods: list[dict[str, Any]] = []
     for _ in range(rounds):
-        run = run_once(
-            pods=16,
-            callers=32,
-            identities=16,
-            seconds=seconds,
-            warmup=warmup,
-            store_url=None,
-            flood_phase_s=phase,
-        )
+        run = _load(seconds, warmup, flood_phase_s=phase)
         if run["errors"]:
             raise RuntimeError(f"the load's callers failed: {run['first_error']}")
         flood = run["flood"]

@@ -32,6 +32,16 @@ def test_throughput_benchmark_counts_what_the_store_shows(tmp_path: Path) -> Non
     assert r["dispatch_ms_p50"] <= r["warm_start_ms_p50"]
     assert r["broker_cpu_s"] > 0
     assert r["pods_cpu_ms_per_job"] > 0  # the pods' processes were found and measured
+    # ... each role of them: the agents, the warm interpreters and the jobs they forked
+    roles = ("agents", "interpreters", "jobs")
+    assert all(r[f"{role}_cpu_ms_per_job"] > 0 for role in roles)
+    assert math.isclose(
+        sum(r[f"{role}_cpu_ms_per_job"] for role in roles), r["pods_cpu_ms_per_job"]
+    )
+    assert math.isclose(
+        r["ceiling_jobs_per_s_without_broker_and_pods"],
+        r["cores"] * 1000 / (r["jobs_cpu_ms_per_job"] + r["callers_cpu_ms_per_job"]),
+    )
     # The broker's own request counters saw the callers' submissions and the pods' exit
     # events; a short job's submission waits for its end, so (nearly) no caller polls.
     assert r["submissions_per_job"] > 0 and r["exit_events_per_job"] > 0
@@ -60,4 +70,3 @@ def test_throughput_benchmark_counts_what_the_store_shows(tmp_path: Path) -> Non
     assert math.isclose(
         flood["ratio_pooled"], flood["jobs_per_s_flood"] / flood["jobs_per_s_quiet"]
     )
-

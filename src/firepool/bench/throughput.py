@@ -37,6 +37,10 @@ machine's wall clock), over the jobs whose terminal state was committed in the w
 - latency_ms: submitted -> terminal state committed;
 - broker_cpu_ms_per_job: the broker process's own user + system CPU over the window (not its
   pods', which are separate processes) / those jobs. It includes the callers' polls.
+- agents / interpreters / jobs_cpu_ms_per_job: the pods' CPU by role (`pods_cpu_ms_per_job`
+  is their sum), and callers_cpu_ms_per_job this process's;
+- ceiling_jobs_per_s_without_broker_and_pods: cores / (jobs' own + callers' CPU per job), the
+  rate no broker could pass on these cores with these callers and a process per job.
 The timings are read back from the child's store after the run (`started` is recorded off the
 critical path); `store_jobs_in_window` counts the store's terminal jobs in the window, a check
 on the callers' own tally (`store_agrees`). The pods are deleted when the broker exits.
@@ -159,21 +163,37 @@ class _Finished:
 
 @dataclass(frozen=True)
 class _Cpu:
-    """CPU seconds so far of the broker process, its pods (with their jobs), the callers."""
+    """CPU seconds so far of the broker process, its pods (split into agents, warm
+    interpreters and the jobs those fork), and the callers."""
 
     broker: float
-    pods: float
+    agents: float
+    interpreters: float
+    jobs: float
     callers: float
+
+    @property
+    def pods(self) -> float:
+        return self.agents + self.interpreters + self.jobs
 
     @classmethod
     def now(cls, broker_pid: int) -> _Cpu:
+        pods = _pods_cpu_seconds(broker_pid)
         return cls(
-            _cpu_seconds(broker_pid), _descendants_cpu_seconds(broker_pid), _self_cpu_seconds()
+            _cpu_seconds(broker_pid),
+            pods.agents,
+            pods.interpreters,
+            pods.jobs,
+            _self_cpu_seconds(),
         )
 
     def minus(self, other: _Cpu) -> _Cpu:
         return _Cpu(
-            self.broker - other.broker, self.pods - other.pods, self.callers - other.callers
+            self.broker - other.broker,
+            self.agents - other.agents,
+            self.interpreters - other.interpreters,
+            self.jobs - other.jobs,
+            self.callers - other.callers,
         )
 
 
@@ -388,11 +408,25 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _descendants_cpu_seconds(pid: int) -> float:
-    """CPU of every live descendant of `pid` (the pods: agents and warm interpreters), each
-    with its reaped children (the jobs, which a warm interpreter forks and reaps)."""
+@dataclass(frozen=True)
+class _PodsCpu:
+    agents: float
+    interpreters: float
+    jobs: float
+
+
+#: How a warm interpreter's command line names it (`zygote.start_process`); the processes it
+#: forks (spares, jobs) inherit that command line, so only the topmost one is the interpreter.
+_INTERPRETER = b"firepool.agent.zygote"
+
+
+def _pods_cpu_seconds(pid: int) -> _PodsCpu:
+    """CPU of every live descendant of `pid` (the pods), by role: the agents (with any
+    child they reaped), the warm interpreters' own, and the jobs (what the interpreters
+    reaped, plus their live children: spares and running jobs)."""
     parent: dict[int, int] = {}
-    ticks: dict[int, int] = {}
+    own: dict[int, int] = {}
+    reaped: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -400,16 +434,33 @@ def _descendants_cpu_seconds(pid: int) -> float:
         if fields is None:
             continue
         parent[int(entry)] = int(fields[1])
-        ticks[int(entry)] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        own[int(entry)] = int(fields[11]) + int(fields[12])  # utime stime
+        reaped[int(entry)] = int(fields[13]) + int(fields[14])  # cutime cstime
     children: dict[int, list[int]] = {}
     for child, ppid in parent.items():
         children.setdefault(ppid, []).append(child)
-    total, stack = 0, list(children.get(pid, ()))
+    ticks = {"agents": 0, "interpreters": 0, "jobs": 0}
+    stack = [(child, False) for child in children.get(pid, ())]
     while stack:
-        p = stack.pop()
-        total += ticks.get(p, 0)
-        stack.extend(children.get(p, ()))
-    return total / os.sysconf("SC_CLK_TCK")
+        p, below_interpreter = stack.pop()
+        if below_interpreter:
+            ticks["jobs"] += own.get(p, 0) + reaped.get(p, 0)
+        elif _INTERPRETER in _cmdline(p):
+            ticks["interpreters"] += own.get(p, 0)
+            ticks["jobs"] += reaped.get(p, 0)
+            below_interpreter = True
+        else:
+            ticks["agents"] += own.get(p, 0) + reaped.get(p, 0)
+        stack.extend((child, below_interpreter) for child in children.get(p, ()))
+    tck = os.sysconf("SC_CLK_TCK")
+    return _PodsCpu(ticks["agents"] / tck, ticks["interpreters"] / tck, ticks["jobs"] / tck)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _self_cpu_seconds() -> float:
@@ -504,6 +555,7 @@ def run_once(
     handoff = span("assigned", "started")
     pod_to_first = span("assigned", "first_instruction")
     jobs = len(in_window)
+    cores = len(os.sched_getaffinity(0))
     return {
         "jobs": jobs,
         "jobs_per_s": jobs / elapsed if elapsed > 0 else float("nan"),
@@ -540,7 +592,19 @@ def run_once(
         # Where the rest of the machine's CPU went over the window: the pods (agents, warm
         # interpreters and the jobs they forked) and this process (the callers' SDK clients).
         "pods_cpu_ms_per_job": cpu.pods / jobs * ms if jobs else float("nan"),
+        "agents_cpu_ms_per_job": cpu.agents / jobs * ms if jobs else float("nan"),
+        "interpreters_cpu_ms_per_job": cpu.interpreters / jobs * ms if jobs else float("nan"),
+        "jobs_cpu_ms_per_job": cpu.jobs / jobs * ms if jobs else float("nan"),
         "callers_cpu_ms_per_job": cpu.callers / jobs * ms if jobs else float("nan"),
+        # The most jobs/s these cores could give if the broker, the agents and the warm
+        # interpreters cost nothing: the jobs' own processes (fork, run, exit) and the callers
+        # alone take this machine's CPU at that rate.
+        "cores": cores,
+        "ceiling_jobs_per_s_without_broker_and_pods": (
+            cores * ms / ((cpu.jobs + cpu.callers) / jobs * ms)
+            if jobs and cpu.jobs + cpu.callers > 0
+            else float("nan")
+        ),
         # What the broker's API served per job: the callers' submissions (each waiting for
         # its job's end) and polls (a `run` whose submission's wait ran out), and the pods'
         # exit events.
@@ -656,7 +720,18 @@ def main(argv: list[str]) -> int:
                 f"{r['pods_cpu_ms_per_job']:.2f}",
                 "",
             ),
+            (
+                "    agents / warm interpreters / jobs' own processes",
+                f"{r['agents_cpu_ms_per_job']:.2f} / {r['interpreters_cpu_ms_per_job']:.2f} / "
+                f"{r['jobs_cpu_ms_per_job']:.2f}",
+                "",
+            ),
             ("  callers' CPU per job (ms; SDK clients)", f"{r['callers_cpu_ms_per_job']:.2f}", ""),
+            (
+                f"jobs/s if broker, agents, interpreters cost nothing ({r['cores']} cores)",
+                f"{r['ceiling_jobs_per_s_without_broker_and_pods']:.0f}",
+                "",
+            ),
             (
                 "jobs (succeeded / warm / in store)",
                 f"{r['jobs']} ({r['succeeded']} / {r['warm_acquisitions']} / "

@@ -5,6 +5,7 @@ pid as the process that had it before."""
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 from collections.abc import Iterator
 
@@ -83,3 +84,93 @@ def test_past_its_limit_the_reader_reads_by_path(children: list[subprocess.Popen
     got = reader.snapshot()
     assert reader.held == 0
     assert all(child.pid in got for child in children)
+
+
+def _start_ticks(pid: int) -> int:
+    proc = procfs.read_proc(pid)
+    assert proc is not None
+    return proc.start_ticks
+
+
+@pytest.fixture
+def older_and_newer() -> Iterator[tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]]:
+    """Two children whose start times differ by at least one clock tick."""
+    older = subprocess.Popen(["sleep", "60"])
+    newer = None
+    try:
+        while newer is None or _start_ticks(newer.pid) <= _start_ticks(older.pid):
+            if newer is not None:
+                newer.kill()
+                newer.wait()
+            newer = subprocess.Popen(["sleep", "60"])
+        yield older, newer
+    finally:
+        for proc in (older, newer):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+
+
+def test_processes_older_than_asked_are_left_out_unless_included(
+    older_and_newer: tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]],
+) -> None:
+    older, newer = older_and_newer
+    since = _start_ticks(newer.pid)
+    reader = procfs.StatReader()
+    try:
+        for _ in range(2):  # the second without reading what the first left out
+            got = reader.snapshot(older_than=since)
+            assert newer.pid in got and older.pid not in got
+            assert all(p.start_ticks >= since or p.dead for p in got.values())
+            assert reader.left_out > 0
+        # A pid asked for is read, however old (a cgroup member moved into the pod).
+        assert _stable(reader.snapshot(older_than=since, include={older.pid})[older.pid]) == (
+            _stable(procfs.snapshot()[older.pid])
+        )
+        # Without a bound, everything is read again.
+        assert older.pid in reader.snapshot()
+        assert reader.left_out == 0
+    finally:
+        reader.close()
+
+
+def test_a_left_out_process_that_exits_is_read_afresh_whoever_has_its_pid(
+    older_and_newer: tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]],
+) -> None:
+    """Pid reuse, made to order: the reader remembers a live child by a pidfd that is, in
+    truth, on a process reaped since. The pid must be read again, as the live child."""
+    older, newer = older_and_newer
+    since = _start_ticks(newer.pid) + 10_000  # both are older than that
+    reader = procfs.StatReader()
+    gone = subprocess.Popen(["true"])
+    stale = os.pidfd_open(gone.pid)
+    gone.wait()
+    try:
+        got = reader.snapshot(older_than=since)
+        assert older.pid not in got and newer.pid not in got
+        # swap the live child's pidfd for the reaped process's
+        real = reader._old[older.pid]
+        reader._exits.unregister(real)
+        del reader._old_by_fd[real]
+        os.close(real)
+        reader._old[older.pid] = stale
+        reader._old_by_fd[stale] = older.pid
+        reader._exits.register(stale)
+        # The pidfd says "exited": the pid is read afresh, found old again, and remembered
+        # by a pidfd on the live child.
+        assert older.pid not in reader.snapshot(older_than=since)
+        renewed = reader._old[older.pid]
+        assert renewed != stale
+        assert not select.select([renewed], [], [], 0)[0]  # a pidfd reads once it exits
+        assert _stable(reader.snapshot(older_than=since, include={older.pid})[older.pid]) == (
+            _stable(procfs.snapshot()[older.pid])
+        )
+        # A real exit: the child is reaped, its pidfd is let go, its pid is not reported.
+        reader.snapshot(older_than=since)
+        held = reader.left_out
+        newer.kill()
+        newer.wait()
+        got = reader.snapshot(older_than=since)
+        assert newer.pid not in got and reader.left_out == held - 1
+    finally:
+        reader.close()

@@ -151,6 +151,7 @@ class PodCgroups:
         self.ledger: Path | None = None  # cgroup v2 dir used to list/kill processes
         self.memory: Path | None = None  # where the memory limit and OOM counter live
         self._dirs: list[Path] = []
+        self._procs_files: tuple[str, ...] = ()
         #: Controllers the unified hierarchy has but could not give the pod, and why.
         self.v2_refused: dict[str, str] = {}
         name = f"firepool-{pod}"
@@ -250,8 +251,15 @@ class PodCgroups:
 
     @property
     def procs_files(self) -> list[str]:
-        """Files a new job process writes its pid into, before it runs any job code."""
-        return [str(d / "cgroup.procs") for d in self._dirs]
+        """Files a new job process writes its pid into, before it runs any job code. Made
+        once per set of directories: every reset reads them in each killing round."""
+        return list(self._procs())
+
+    def _procs(self) -> tuple[str, ...]:
+        if len(self._procs_files) != len(self._dirs):  # directories are only ever added
+            self._procs_files = tuple(str(d / "cgroup.procs") for d in self._dirs)
+        return self._procs_files
+
     @property
     def rlimit_as(self) -> int | None:
         return self.limit_bytes if self.mode is MemoryLimitMode.RLIMIT else None
@@ -269,7 +277,7 @@ class PodCgroups:
 
     def members(self) -> set[int]:
         pids: set[int] = set()
-        for path in self.procs_files:
+        for path in self._procs():
             with contextlib.suppress(OSError):
                 pids.update(map(int, procfs.read_small(path).split()))
         return pids

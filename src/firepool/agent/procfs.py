@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import select
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import NamedTuple
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -106,7 +107,14 @@ class StatReader:
     fails (ESRCH) and the pid is opened again by path, so a reused pid is never read as the
     process that had it before; pids gone from /proc are let go at each snapshot. At most
     `limit` descriptors are kept (a quarter of the open-file limit, at most 1024 by default):
-    past that, processes are read as `snapshot` reads them."""
+    past that, processes are read as `snapshot` reads them.
+
+    With `older_than`, a process that started before that moment is left out and not read
+    again while it lives: a reset asks for processes its pod could have started, and a
+    process older than the pod can be neither its descendant nor a carrier of its marker
+    (start times never change). Such a process is remembered by a pidfd, and one poll over
+    those per snapshot tells which have exited (then their pid is read afresh, whoever has it
+    now). On a host of many pods this skips most of /proc at every reset."""
 
     def __init__(self, limit: int | None = None) -> None:
         if limit is None:
@@ -115,19 +123,82 @@ class StatReader:
         self.limit = limit
         self._fds: dict[int, int] = {}
         self._lock = threading.Lock()
+        #: pid -> pidfd of a live process older than `_older_than` (left out of snapshots).
+        self._old: dict[int, int] = {}
+        self._old_by_fd: dict[int, int] = {}
+        self._older_than: int | None = None
+        self._exits = select.poll()
 
-    def snapshot(self) -> dict[int, Proc]:
+    def snapshot(
+        self, older_than: int | None = None, include: Collection[int] = ()
+    ) -> dict[int, Proc]:
+        """Every process on the host; with `older_than` (clock ticks since boot, as
+        `Proc.start_ticks`), those that started before it are left out, except the pids in
+        `include`, which are always read."""
         with self._lock:
+            if older_than != self._older_than:
+                self._forget_old()
+                self._older_than = older_than
+            self._let_go_of_exited()
             procs: dict[int, Proc] = {}
             pids = _pids()
             for pid in pids:
+                if pid in self._old and pid not in include:
+                    continue
                 raw = self._read(pid)
                 proc = _parse_stat(pid, raw) if raw is not None else None
-                if proc is not None:
-                    procs[pid] = proc
+                if proc is None:
+                    continue
+                if (
+                    older_than is not None
+                    and proc.start_ticks < older_than
+                    and not proc.dead
+                    and pid not in include
+                    and self._remember_old(pid)
+                ):
+                    continue
+                procs[pid] = proc
             for pid in self._fds.keys() - set(pids):
                 os.close(self._fds.pop(pid))
             return procs
+
+    def _remember_old(self, pid: int) -> bool:
+        """Keep a pidfd on the process just read through its kept `stat` descriptor; False
+        (then it stays in the snapshot) when it cannot be kept or is gone. The pidfd is opened
+        by pid, so it is the process read only if that one was not reaped meanwhile: a read of
+        its `stat` descriptor after the open proves it (it fails once the process is reaped,
+        and a pid is not reused before)."""
+        fd = self._fds.get(pid)
+        if fd is None:  # past the limit: read by path every time
+            return False
+        try:
+            pidfd = os.pidfd_open(pid)
+        except (OSError, AttributeError):  # no pidfds here (old kernel, seccomp): read it
+            return False
+        try:
+            os.pread(fd, 1, 0)
+        except OSError:
+            os.close(pidfd)
+            return False
+        del self._fds[pid]
+        os.close(fd)
+        self._old[pid] = pidfd
+        self._old_by_fd[pidfd] = pid
+        self._exits.register(pidfd, select.POLLIN)
+        return True
+
+    def _let_go_of_exited(self) -> None:
+        for pidfd, _events in self._exits.poll(0):
+            self._exits.unregister(pidfd)
+            del self._old[self._old_by_fd.pop(pidfd)]
+            os.close(pidfd)
+
+    def _forget_old(self) -> None:
+        for pidfd in self._old_by_fd:
+            self._exits.unregister(pidfd)
+            os.close(pidfd)
+        self._old.clear()
+        self._old_by_fd.clear()
 
     def _read(self, pid: int) -> bytes | None:
         fd = self._fds.get(pid)
@@ -141,7 +212,7 @@ class StatReader:
         if opened is None:
             return None
         fd, raw = opened
-        if len(self._fds) < self.limit:
+        if len(self._fds) + len(self._old) < self.limit:
             self._fds[pid] = fd
         else:
             os.close(fd)
@@ -149,13 +220,19 @@ class StatReader:
 
     @property
     def held(self) -> int:
-        return len(self._fds)
+        return len(self._fds) + len(self._old)
+
+    @property
+    def left_out(self) -> int:
+        """Processes remembered as older than the last `older_than` (not read)."""
+        return len(self._old)
 
     def close(self) -> None:
         with self._lock:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
+            self._forget_old()
 
 
 def descendants(procs: dict[int, Proc], roots: Iterable[int]) -> set[int]:

@@ -80,9 +80,18 @@ SLOW_RESET_S = 1.5
 _PROCS = procfs.StatReader()
 
 
-def _tree(ctx: ResetContext, procs: dict[int, procfs.Proc]) -> set[int]:
-    targets = procfs.descendants(procs, [ctx.agent_pid]) | ctx.cgroups.members()
+def _tree(ctx: ResetContext, procs: dict[int, procfs.Proc], members: set[int]) -> set[int]:
+    targets = procfs.descendants(procs, [ctx.agent_pid]) | members
     return targets - ctx.keep_pids - {ctx.agent_pid}
+
+
+def _snapshot(ctx: ResetContext, members: set[int]) -> dict[int, procfs.Proc]:
+    """The processes the reset must see: every one that started since the agent or the pod
+    did (the agent's descendants, and the candidates for the marker check, are among them),
+    and every member of the pod's cgroups, however old (one could be moved in)."""
+    agent = procfs.read_proc(ctx.agent_pid)
+    since = min(ctx.pod_start_ticks, agent.start_ticks) if agent is not None else None
+    return _PROCS.snapshot(older_than=since, include=members)
 
 
 def _reap_own_zombies(ctx: ResetContext, procs: dict[int, procfs.Proc]) -> None:
@@ -125,8 +134,9 @@ def kill_attempt_processes(
         ctx.steps_ms["kill_cgroup"] = round((time.perf_counter() - begun) * 1000, 3)
     pause = 0.0005
     while True:
-        procs = _PROCS.snapshot()
-        tree = _tree(ctx, procs)
+        members = ctx.cgroups.members()
+        procs = _snapshot(ctx, members)
+        tree = _tree(ctx, procs, members)
         live = [procs[p] for p in tree if p in procs and not procs[p].dead]
         _reap_own_zombies(ctx, procs)
         if not live:

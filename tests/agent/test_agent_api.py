@@ -7,6 +7,7 @@ socket, so malformed headers reach the agent exactly as sent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from collections.abc import Iterator
@@ -110,6 +111,66 @@ def test_bad_content_length_is_refused_naming_the_header(
 ) -> None:
     got, answer = pod.raw("POST", "/v1/attempts", b"", headers=headers)
     assert (got, answer["error"], answer["field"]) == (status, error, field)
+
+
+def _exchange(pod: Pod, request: bytes) -> tuple[int, dict[str, Any]]:
+    """One request written as given; the answer's status and JSON body (the agent closes)."""
+    with socket.create_connection(pod.addr, timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    status_line, _, rest = data.partition(b"\r\n")
+    return int(status_line.split()[1]), json.loads(rest.partition(b"\r\n\r\n")[2])
+
+
+def _head(pod: Pod, *lines: str, start: str) -> bytes:
+    auth = f"Authorization: Bearer {pod.record.secret}"
+    return "\r\n".join([start, "Host: agent", auth, *lines, "", ""]).encode()
+
+
+HEALTH = "GET /v1/health HTTP/1.1"
+BAD_HEADS: list[tuple[str, str, list[str], int, str]] = [
+    ("two lengths", HEALTH, ["Content-Length: 2", "Content-Length: 3"], 422, "Content-Length"),
+    # a request smuggling's classic: which of the two says where the body ends?
+    ("length and chunks", HEALTH, ["Transfer-Encoding: chunked", "Content-Length: 3"], 422,
+     "Content-Length"),
+    ("a name with a space", HEALTH, ["Bad Name: x"], 422, "headers"),
+    ("a folded header", HEALTH, ["X-A: 1", "  folded"], 422, "headers"),
+    ("a control character", HEALTH, ["X-A: a\x01b"], 422, "headers"),
+    ("no method", "@@ /v1/health HTTP/1.1", [], 422, "request line"),
+    ("HTTP/2", "GET /v1/health HTTP/2.0", [], 505, "request line"),
+    ("too many headers", HEALTH, [f"X-{i}: {i}" for i in range(101)], 431, "headers"),
+    ("a header too long", HEALTH, ["X-A: " + "a" * 70_000], 431, "headers"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "start", "lines", "status", "field"), BAD_HEADS,
+                         ids=[c[0] for c in BAD_HEADS])  # fmt: skip
+def test_bad_request_heads_are_refused_naming_what_was_wrong(
+    pod: Pod, what: str, start: str, lines: list[str], status: int, field: str
+) -> None:
+    got, answer = _exchange(pod, _head(pod, *lines, start=start))
+    assert (got, answer["error"], answer["field"]) == (status, "ValidationError", field), what
+
+
+def test_a_connection_is_kept_alive_as_its_http_version_says(pod: Pod) -> None:
+    """HTTP/1.1 keeps the connection for the next request unless told to close; HTTP/1.0
+    closes it unless told to keep it."""
+    for start, lines, kept in (
+        (HEALTH, [], True),
+        (HEALTH, ["Connection: close"], False),
+        ("GET /v1/health HTTP/1.0", [], False),
+        ("GET /v1/health HTTP/1.0", ["Connection: keep-alive"], True),
+    ):
+        with socket.create_connection(pod.addr, timeout=10) as sock:
+            sock.sendall(_head(pod, *lines, start=start) * 2)  # two requests back to back
+            sock.settimeout(2)
+            data = b""
+            with contextlib.suppress(TimeoutError):
+                while chunk := sock.recv(65536):
+                    data += chunk
+        assert data.count(b" 200 OK\r\n") == (2 if kept else 1), (start, lines, data)
 
 
 @pytest.mark.parametrize("auth", [None, "Bearer wrong-secret-wrong-secret", "Basic abc", ""])

@@ -7,6 +7,7 @@ so a small request costs a fraction of a millisecond on loopback.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
@@ -20,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ValidationError
 
+from firepool.agent.request_head import HeadError, read_head
 from firepool.agent.runtime import Agent
 from firepool.model import (
     ErrorCode,
@@ -74,9 +76,29 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     server: AgentHTTPServer
+    raw_requestline: bytes  # set by the stdlib's handle_one_request
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
+
+    def parse_request(self) -> bool:
+        """The stdlib's request parsing, but with httptools reading the head (see
+        `request_head`): HTTP/1.0 and 1.1 only, keep-alive as they define it."""
+        self.command = ""
+        self.request_version = self.default_request_version
+        self.close_connection = True
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        try:
+            head = read_head(self.raw_requestline, self.rfile)
+        except HeadError as exc:
+            with contextlib.suppress(OSError):  # a client gone mid-head hears nothing
+                self._json(exc.status, exc.to_dict())  # and the connection closes
+            return False
+        self.command, self.path, self.request_version = head.method, head.target, head.version
+        self.headers = head.headers
+        self.close_connection = not head.keep_alive
+        expect = head.headers.get("Expect", "").lower()
+        return expect != "100-continue" or head.version != "HTTP/1.1" or self.handle_expect_100()
 
     # ------------------------------------------------------------------ plumbing
 

@@ -55,11 +55,25 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[str, dict[str, str
     return line, headers, body
 
 
+def answering_once(reply: bytes) -> Handler:
+    """A peer that reads one request and writes `reply` (then the connection closes)."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply)
+        await writer.drain()
+
+    return handler
+
+
 def answer(body: bytes, *, close: bool = False, status: str = "200 OK") -> bytes:
     extra = b"Connection: close\r\n" if close else b""
     return (
         f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n".encode() + extra + b"\r\n" + body
+        f"Content-Length: {len(body)}\r\n".encode()
+        + extra
+        + b"\r\n"
+        + body
     )
 
 
@@ -104,12 +118,7 @@ async def test_overlapping_requests_take_a_connection_each_and_keep_them() -> No
 
 @on_a_loop
 async def test_an_agent_that_closes_after_answering_gets_a_new_connection_next_time() -> None:
-    async def once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(answer(b'{"ok": true}', close=True))
-        await writer.drain()
-
-    async with serving(once) as (url, accepted):
+    async with serving(answering_once(answer(b'{"ok": true}', close=True))) as (url, accepted):
         calls = AgentConnections(url, b"Bearer x")
         for _ in range(2):
             assert await calls.request("GET", "/v1/health", None, timeout=5) == (
@@ -122,12 +131,8 @@ async def test_an_agent_that_closes_after_answering_gets_a_new_connection_next_t
 
 @on_a_loop
 async def test_an_error_status_comes_back_with_its_body() -> None:
-    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(answer(b'{"code": "conflict"}', status="409 Conflict"))
-        await writer.drain()
-
-    async with serving(refuse) as (url, _):
+    refusal = answer(b'{"code": "conflict"}', status="409 Conflict")
+    async with serving(answering_once(refusal)) as (url, _):
         calls = AgentConnections(url, b"Bearer x")
         assert await calls.request("POST", "/v1/attempts", b"{}", timeout=5) == (
             409,

@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from firepool.bench.common import machine, median, percentile, print_table, write_json
+from firepool.bench.common import (
+    cpu_seconds,
+    machine,
+    median,
+    percentile,
+    print_table,
+    write_json,
+)
 
 TARGET_RATE = 1000.0
 TARGET_P99_MS = 50.0
@@ -136,9 +143,9 @@ def run_once(clients: int, seconds: float) -> dict[str, float]:
         child.start()
         try:
             url, token, pid = ready.get(timeout=60)
-            before = _cpu_seconds(pid)
+            before = cpu_seconds(pid)
             failures, latencies, elapsed = asyncio.run(_drive(url, token, clients, seconds))
-            server_cpu = _cpu_seconds(pid) - before
+            server_cpu = cpu_seconds(pid) - before
         finally:
             stop.set()
             child.join(timeout=30)
@@ -151,15 +158,6 @@ def run_once(clients: int, seconds: float) -> dict[str, float]:
         # includes the warm-up requests, a small share: an upper bound per submission
         "server_cpu_us_per_submit": server_cpu / max(1, len(latencies)) * 1e6,
     }
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (Linux /proc; 0 elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str]) -> int:

@@ -12,6 +12,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+#: The unit of the CPU times in /proc/PID/stat.
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (q in [0, 100]), the convention the papers use."""
@@ -36,6 +39,24 @@ def machine() -> dict[str, object]:
         "python": platform.python_version(),
         "machine": platform.machine(),
     }
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (the state onwards: `[11]` and
+    `[12]` are its user and system CPU ticks, `[13]` and `[14]` its reaped children's), or
+    None when the process is gone (or not on Linux)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process so far, its children excluded; NaN when it is gone."""
+    fields = proc_stat(pid)
+    if fields is None:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def print_table(title: str, rows: Sequence[tuple[str, str, str]]) -> None:

@@ -21,15 +21,13 @@ jobs here (it shares the 2 cores), which a Prometheus on another host would not.
 from __future__ import annotations
 
 import http.client
-import os
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from firepool.bench.common import median
+from firepool.bench.common import cpu_seconds, median
 
-_TICKS = os.sysconf("SC_CLK_TCK")
 #: A phase's first half second is not counted: its jobs in flight saw the phase before.
 FLOOD_SETTLE_S = 0.5
 
@@ -45,12 +43,6 @@ class Phase:
     scraper_cpu_s: float
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", "rb") as fh:
-        fields = fh.read().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
 def scrape_in_phases(
     url: str, broker_pid: int, start: float, phase_s: float, stop_at: float, out: Any
 ) -> None:
@@ -63,7 +55,7 @@ def scrape_in_phases(
     time.sleep(max(0.0, start - time.time()))
     while start + (index + 1) * phase_s <= stop_at:
         begin, end = start + index * phase_s, start + (index + 1) * phase_s
-        broker, own, scrapes = _cpu_seconds(broker_pid), time.process_time(), 0
+        broker, own, scrapes = cpu_seconds(broker_pid), time.process_time(), 0
         if index % 2 == 0:
             while time.time() < end:
                 conn.request("GET", "/metrics")
@@ -81,7 +73,7 @@ def scrape_in_phases(
                 end=end,
                 flood=index % 2 == 0,
                 scrapes=scrapes,
-                broker_cpu_s=_cpu_seconds(broker_pid) - broker,
+                broker_cpu_s=cpu_seconds(broker_pid) - broker,
                 scraper_cpu_s=time.process_time() - own,
             )
         )

@@ -65,7 +65,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from firepool.bench.common import machine, percentile, print_table, write_json
+from firepool.bench.common import (
+    CLOCK_TICKS,
+    cpu_seconds,
+    machine,
+    percentile,
+    print_table,
+    proc_stat,
+    write_json,
+)
 from firepool.bench.flood import FLOOD_SETTLE_S, scrape_in_phases
 from firepool.bench.flood import summarize as flood_summary
 from firepool.service.tuning import run_serving
@@ -180,7 +188,7 @@ class _Cpu:
     def now(cls, broker_pid: int) -> _Cpu:
         pods = _pods_cpu_seconds(broker_pid)
         return cls(
-            _cpu_seconds(broker_pid),
+            cpu_seconds(broker_pid),
             pods.agents,
             pods.interpreters,
             pods.jobs,
@@ -392,22 +400,6 @@ async def _requests_by_route(url: str) -> collections.Counter[str]:
     return counts
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (field 3 onwards), or None."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of one process so far, its children excluded (Linux /proc)."""
-    fields = _stat(pid)
-    if fields is None:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass(frozen=True)
 class _PodsCpu:
     agents: float
@@ -430,7 +422,7 @@ def _pods_cpu_seconds(pid: int) -> _PodsCpu:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        fields = _stat(int(entry))
+        fields = proc_stat(int(entry))
         if fields is None:
             continue
         parent[int(entry)] = int(fields[1])
@@ -452,7 +444,7 @@ def _pods_cpu_seconds(pid: int) -> _PodsCpu:
         else:
             ticks["agents"] += own.get(p, 0) + reaped.get(p, 0)
         stack.extend((child, below_interpreter) for child in children.get(p, ()))
-    tck = os.sysconf("SC_CLK_TCK")
+    tck = CLOCK_TICKS
     return _PodsCpu(ticks["agents"] / tck, ticks["interpreters"] / tck, ticks["jobs"] / tck)
 
 

@@ -31,8 +31,9 @@ def tune_gc_for_serving() -> None:
 def run_serving(main: Coroutine[Any, Any, T]) -> T:
     """`asyncio.run` on uvloop where it is installed (a dependency wherever it builds: not on
     Windows). The broker's one event loop carries every API request and every agent call, and
-    on uvloop its sockets, timers and task switches cost less CPU: in alternated rounds of
-    `bench throughput` on 2 cores, 0.91x the broker's CPU per job (median of 3 rounds).
+    on uvloop its sockets, timers and task switches cost less CPU: with httptools serving
+    the API beside it, 0.85x the broker's CPU per job in alternated rounds of
+    `bench throughput` on 2 cores (median of 4; README, "The hot path").
     Only a process that *is* the broker runs this way (`firepool serve` and the benchmarks'
     broker processes); embedding code keeps the loop it chose."""
     try:

@@ -7,7 +7,7 @@ STAMP_BASE := $(VENV)/.installed-base
 STAMP_TEST := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-k8s lint typecheck bench clean mutation
+.PHONY: demo test test-k8s k8s-binaries lint typecheck bench clean mutation
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,12 +37,14 @@ test: $(STAMP_TEST)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Integration tests of the Kubernetes backend against a real API server (etcd, kube-apiserver,
-# kube-scheduler and kwok); `make test` deselects them. See docs/kubernetes.md.
+# The Kubernetes tests alone, against the session's own control plane (built once per machine
+# by tools/k8s/build.sh) or the cluster FIREPOOL_TEST_KUBECONFIG names. `make test` runs them too.
 test-k8s: $(STAMP_TEST)
-	@test -n "$$FIREPOOL_TEST_KUBECONFIG" || { \
-		echo "make test-k8s: set FIREPOOL_TEST_KUBECONFIG to the test cluster's kubeconfig"; exit 2; }
 	$(BIN)/python -m pytest -m k8s tests/k8s $(PYTEST_ARGS)
+
+# The test cluster's binaries, built from Go modules into ~/.cache/firepool/k8s (not the tree).
+k8s-binaries:
+	bash tools/k8s/build.sh
 
 # Mutation testing of the control plane's decision modules (not part of `make test`): one
 # module at a time, one worker, then the score per file (docs/testing.md). ~6 min idle.

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 import uvicorn
 
@@ -73,6 +75,41 @@ def build_backend(
     )
 
 
+def agents_url(
+    listen_host: str, port: int, advertise_url: str | None, *, pods_on_this_host: bool
+) -> str:
+    """Where the pods' agents reach the broker (exit events, code packages).
+
+    An address given (`--advertise-url`, FIREPOOL_ADVERTISE_URL) wins. Else the listen
+    address, which only works where it is one a pod can dial: a wildcard (0.0.0.0, ::) means
+    the host's loopback for local pods, and is no address at all for a cluster's pods; so is a
+    loopback address."""
+    if advertise_url:
+        parts = urlsplit(advertise_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                f"advertise URL {advertise_url!r} is not http(s)://host[:port]",
+                field="advertise_url",
+            )
+        return advertise_url.rstrip("/")
+    host = listen_host.strip("[]")
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
+    except ValueError:
+        address = None  # a host name: taken as given
+    unreachable = address is not None and (address.is_unspecified or address.is_loopback)
+    if address is not None and address.is_unspecified and pods_on_this_host:
+        host, unreachable = "127.0.0.1", False
+    if unreachable and not pods_on_this_host:
+        raise ConfigError(
+            f"the broker listens on {listen_host}, which the cluster's pods cannot reach: "
+            "give --advertise-url (in a cluster, the broker Service's URL, such as "
+            "http://firepool.<namespace>.svc:8321)",
+            field="advertise_url",
+        )
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 class EmbeddedBroker:
     def __init__(
         self,
@@ -92,6 +129,7 @@ class EmbeddedBroker:
         backend: BackendKind = "local",
         kubernetes: KubernetesSettings | None = None,
         capacity: CapacitySource | None = None,
+        advertise_url: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.capacity = capacity
@@ -108,7 +146,10 @@ class EmbeddedBroker:
         self.tune_gc = tune_gc  # for a process that is the broker (firepool serve)
         self.backend_kind: BackendKind = backend
         self.kubernetes = kubernetes
+        self.advertise_url = advertise_url or os.environ.get("FIREPOOL_ADVERTISE_URL") or None
         self.url = ""
+        #: Where agents reach this broker (`agents_url`); set on start.
+        self.agents_url = ""
         self.token = ""
 
     async def __aenter__(self) -> EmbeddedBroker:
@@ -127,13 +168,19 @@ class EmbeddedBroker:
             kubernetes=self.kubernetes,
             local_images=self.catalog.local_images if self.catalog is not None else None,
         )
+        # Refused before anything listens: a cluster's pods must be able to call back.
+        agents_url(
+            self.host,
+            self.port,
+            self.advertise_url,
+            pods_on_this_host=self.backend.capabilities.pods_on_this_host,
+        )
         if self.catalog is None:
             models: dict[str, int] = {}
             for device in getattr(self.backend, "devices", ()):  # local GPUs; none on a cluster
                 models[device.model] = models.get(device.model, 0) + 1
             self.catalog = machine_catalog(models)
-        if isinstance(self.backend, LocalBackend):
-            self.backend.check_images(self.catalog.pools)
+        self.backend.check_pools(self.catalog.pools)
         self.broker = Broker(
             store=self.store,
             backend=self.backend,
@@ -173,10 +220,16 @@ class EmbeddedBroker:
                 self._serving.result()  # raises the bind error
             await asyncio.sleep(0.01)
         port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://{self.host}:{port}"
+        self.url = agents_url(self.host, port, None, pods_on_this_host=True)
+        self.agents_url = agents_url(
+            self.host,
+            port,
+            self.advertise_url,
+            pods_on_this_host=self.backend.capabilities.pods_on_this_host,
+        )
         self.token = await asyncio.to_thread(self._default_token)
         (self.data_dir / "url").write_text(self.url + "\n")
-        await self.broker.start(self.url)
+        await self.broker.start(self.agents_url)
         if self.tune_gc:
             tune_gc_for_serving()
         return self

@@ -347,6 +347,13 @@ def fenced_within_s(broker_silence_s: float) -> float:
     return broker_silence_s + silence_tick_s(broker_silence_s) + 1.0
 
 
+def allocated_devices(value: str) -> tuple[str, ...]:
+    """The cards a device plugin gave a container, from its variable: a comma list of UUIDs.
+    `all`, `none` and `void` name no card the broker could pin a standby to."""
+    cards = tuple(part.strip() for part in value.split(",") if part.strip())
+    return () if any(c.lower() in ("all", "none", "void") for c in cards) else cards
+
+
 class AgentConfig(StrictModel):
     """Written by the backend to a 0600 file; the agent reads it at start. It never travels on
     the command line, so the secret does not show up in `ps`."""
@@ -369,6 +376,9 @@ class AgentConfig(StrictModel):
     #: Size cap of the workspace tmpfs (private mode only; its pages count as pod memory).
     workspace_mib: int = 8192
     devices: tuple[str, ...] = ()
+    #: Read `devices` at start from this variable when none are given: on Kubernetes the
+    #: device plugin chooses an active pod's card and names it there (NVIDIA_VISIBLE_DEVICES).
+    devices_from_env: str | None = None
     device_memory_mib: int | None = None
     #: Volumes emptied on every reset, and read-only caches that are kept.
     wipe_volumes: tuple[str, ...] = ()

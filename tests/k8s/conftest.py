@@ -1,9 +1,13 @@
-"""Integration tests against a real API server (`make test-k8s`, FIREPOOL_TEST_KUBECONFIG).
+"""The Kubernetes backend's tests against a real control plane, run by `make test`.
 
-The cluster needs kube-apiserver with etcd, kube-scheduler and kwok managing nodes that carry
-`kwok.x-k8s.io/node=fake`; kube-controller-manager is not needed (pods are deleted with a zero
-grace period in the tests, and each test namespace is cleaned by the tests themselves).
-`make test` deselects this folder (marker `k8s`).
+By default the session starts its own (`firepool.testing.control_plane`: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler and kwok built from Go modules by tools/k8s/build.sh,
+all on 127.0.0.1); FIREPOOL_TEST_KUBECONFIG points the suite at another cluster instead (its
+kubeconfig must be cluster-admin: the fixtures make nodes and namespaces). With CI=true a
+control plane that cannot be built or started fails the run; elsewhere it skips.
+
+The backend under test never runs as admin: each test namespace gets the shipped
+ServiceAccount, Role and RoleBinding (deploy/base), and the backend uses that account's token.
 """
 
 from __future__ import annotations
@@ -11,17 +15,26 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from firepool.backends.kubernetes import KubernetesSettings
 from firepool.backends.kubernetes.rest import Rest
+from firepool.testing.control_plane import (
+    ControlPlane,
+    ControlPlaneError,
+    build_binaries,
+    write_kubeconfig,
+)
 from firepool.testing.kwok import (
     TEST_GPU_NODES,
     delete_namespace,
     ensure_namespace,
     ensure_node,
     ensure_service_account,
+    grant_broker_role,
     kwok_node,
     rest_for,
 )
@@ -29,12 +42,35 @@ from firepool.testing.kwok import (
 CPU_NODES = [f"fp-test-cpu-{i}" for i in range(3)]
 
 
+@dataclass(frozen=True)
+class Cluster:
+    """Where the tests' cluster is: its admin kubeconfig, and the plane if we started it."""
+
+    kubeconfig: str
+    plane: ControlPlane | None
+
+
 @pytest.fixture(scope="session")
-def kubeconfig() -> str:
-    path = os.environ.get("FIREPOOL_TEST_KUBECONFIG")
-    if not path:
-        pytest.fail("set FIREPOOL_TEST_KUBECONFIG to a cluster's kubeconfig (see docs)")
-    return path
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    given = os.environ.get("FIREPOOL_TEST_KUBECONFIG")
+    if given:
+        yield Cluster(given, None)
+        return
+    try:
+        plane = ControlPlane(build_binaries()).start()
+    except ControlPlaneError as err:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and the test control plane cannot run: {err}")
+        pytest.skip(f"no test control plane: {err}")
+    try:
+        yield Cluster(str(plane.kubeconfig), plane)
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(cluster: Cluster) -> str:
+    return cluster.kubeconfig
 
 
 @pytest.fixture(scope="session")
@@ -58,10 +94,26 @@ def namespace(admin: Rest) -> Iterator[str]:
 
 
 @pytest.fixture
-def settings(kubeconfig: str, namespace: str) -> KubernetesSettings:
+def broker_kubeconfig(admin: Rest, namespace: str, tmp_path: Path) -> str:
+    """A kubeconfig of the broker's ServiceAccount in `namespace`, bound to the shipped Role."""
+    token = grant_broker_role(admin, namespace)
+    configuration = admin.api.configuration
+    return str(
+        write_kubeconfig(
+            tmp_path / "broker.kubeconfig",
+            configuration.host,
+            Path(configuration.ssl_ca_cert),
+            token=token,
+            namespace=namespace,
+        )
+    )
+
+
+@pytest.fixture
+def settings(broker_kubeconfig: str, namespace: str) -> KubernetesSettings:
     return KubernetesSettings(
         namespace=namespace,
-        kubeconfig=kubeconfig,
+        kubeconfig=broker_kubeconfig,
         instance="test",
         agent_health=False,  # kwok pods run no process; readiness is the container's
         delete_grace_s=0,

@@ -4,51 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 import pytest
 
 from firepool.backends.base import PodCreate
 from firepool.backends.kubernetes import KubernetesBackend, KubernetesSettings
 from firepool.backends.kubernetes.cache import Change
-from firepool.backends.kubernetes.errors import PodUnschedulableError
 from firepool.backends.kubernetes.rest import Rest
 from firepool.backends.kubernetes.status import Phase
-from firepool.model import PodRole, PoolSpec
-from firepool.testing.kwok import TEST_GPU_NODES
-
-pytestmark = pytest.mark.k8s  # deselected by `make test`, selected by `make test-k8s`
-
-T = TypeVar("T")
-
-CPU = PoolSpec(name="cpu", cpus_per_pod=0.1, memory_mib_per_pod=64, image="busybox:1.36")
-GPU = PoolSpec(
-    name="h100",
-    accelerator="H100",
-    accelerators_per_pod=1,
-    standbys_per_active=1,
-    cpus_per_pod=0.1,
-    memory_mib_per_pod=64,
+from firepool.model import PodRole
+from firepool.testing.kwok import (
+    TEST_CPU_POOL,
+    TEST_GPU_NODES,
+    TEST_GPU_POOL,
+    create_ready,
+    node_of,
+    run_bounded,
 )
-HUGE = PoolSpec(name="huge", cpus_per_pod=10_000, memory_mib_per_pod=64)
 
+pytestmark = pytest.mark.k8s  # `make test-k8s` runs this folder alone
 
-def run(make: Callable[[], Awaitable[T]], timeout: float = 120) -> T:
-    async def go() -> T:
-        return await asyncio.wait_for(make(), timeout)
-
-    return asyncio.run(go())
-
-
-async def ready(backend: KubernetesBackend, *requests: PodCreate) -> list[str]:
-    records = await asyncio.gather(*(backend.create(r) for r in requests))
-    await asyncio.gather(*(backend.wait_ready(r.name, timeout=60) for r in records))
-    return [r.name for r in records]
-
-
-def node_of(backend: KubernetesBackend, name: str) -> str:
-    return str(backend.cache.pods[name]["spec"].get("nodeName"))
+CPU = TEST_CPU_POOL
+GPU = TEST_GPU_POOL
 
 
 def test_create_watch_delete_at_the_rate_limit(settings: KubernetesSettings) -> None:
@@ -60,7 +37,7 @@ def test_create_watch_delete_at_the_rate_limit(settings: KubernetesSettings) -> 
         try:
             await backend.start()
             started = time.monotonic()
-            names = await ready(
+            names = await create_ready(
                 backend, *(PodCreate(pool=CPU, name=f"cpu-{i}") for i in range(count))
             )
             elapsed = time.monotonic() - started
@@ -80,7 +57,7 @@ def test_create_watch_delete_at_the_rate_limit(settings: KubernetesSettings) -> 
         finally:
             await backend.close()
 
-    run(go)
+    run_bounded(go)
 
 
 def test_gpu_pods_land_on_gpu_nodes_and_standbys_beside_them(
@@ -90,7 +67,7 @@ def test_gpu_pods_land_on_gpu_nodes_and_standbys_beside_them(
         backend = KubernetesBackend(settings)
         try:
             await backend.start()
-            actives = await ready(
+            actives = await create_ready(
                 backend, *(PodCreate(pool=GPU, name=f"gpu-{i}") for i in range(3))
             )
             for name in actives:
@@ -104,7 +81,7 @@ def test_gpu_pods_land_on_gpu_nodes_and_standbys_beside_them(
                 devices=("GPU-kwok-0",),
                 name="gpu-0-sb",
             )
-            (name,) = await ready(backend, standby)
+            (name,) = await create_ready(backend, standby)
             assert node_of(backend, name) == node_of(backend, actives[0])
             limits = backend.cache.pods[name]["spec"]["containers"][0]["resources"]["limits"]
             assert "nvidia.com/gpu" not in limits
@@ -115,47 +92,7 @@ def test_gpu_pods_land_on_gpu_nodes_and_standbys_beside_them(
             await backend.delete_all()
             await backend.close()
 
-    run(go)
-
-
-def test_unschedulable_pool_is_a_typed_error_and_releases_the_budget(
-    settings: KubernetesSettings,
-) -> None:
-    from firepool.control.actions import CreatePod, DeletePod
-    from firepool.control.budgets import BudgetLedger
-    from firepool.control.core import BrokerCore
-    from firepool.service.pods import PodManager
-
-    async def go() -> None:
-        backend = KubernetesBackend(settings)
-        try:
-            await backend.start()
-            await backend.create(PodCreate(pool=HUGE, name="huge-0"))
-            with pytest.raises(PodUnschedulableError) as err:
-                await backend.wait_ready("huge-0", timeout=60)
-            assert err.value.field == "pool" and "Insufficient cpu" in err.value.message
-            await backend.delete("huge-0")
-
-            # Through the broker core and its pod manager: the reservation comes back.
-            floor = HUGE.model_copy(update={"min_count": 1})
-            ledger = BudgetLedger({"cpu": 20_000})
-            core = BrokerCore([floor], ledger, new_name=lambda _pool: "huge-1")
-            manager = PodManager(backend, callback_url=lambda: None, ready_timeout_s=60)
-            (create,) = core.reconcile("huge", time.time())
-            assert isinstance(create, CreatePod) and ledger.used("cpu") > 0
-            with pytest.raises(PodUnschedulableError):
-                await manager.create(create.order, floor, create.peer)
-            (delete,) = core.pod_failed("huge-1", time.time())
-            assert isinstance(delete, DeletePod)
-            await manager.delete(delete.pod)
-            core.pod_deleted(delete.pod, time.time())
-            assert ledger.used("cpu") == 0
-            assert core.tracker.get("huge-1") is None
-        finally:
-            await backend.delete_all()
-            await backend.close()
-
-    run(go)
+    run_bounded(go)
 
 
 def test_pod_deleted_behind_our_back_is_lost_within_one_event(
@@ -166,7 +103,7 @@ def test_pod_deleted_behind_our_back_is_lost_within_one_event(
         seen: list[Change] = []
         try:
             await backend.start()
-            (name,) = await ready(backend, PodCreate(pool=CPU, name="victim"))
+            (name,) = await create_ready(backend, PodCreate(pool=CPU, name="victim"))
             backend.on_change = seen.append
             body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
             await asyncio.to_thread(
@@ -187,7 +124,7 @@ def test_pod_deleted_behind_our_back_is_lost_within_one_event(
             await backend.delete_all()
             await backend.close()
 
-    run(go)
+    run_bounded(go)
 
 
 def test_restart_recovers_every_pod_from_its_annotations(settings: KubernetesSettings) -> None:
@@ -195,12 +132,12 @@ def test_restart_recovers_every_pod_from_its_annotations(settings: KubernetesSet
         first = KubernetesBackend(settings)
         try:
             await first.start()
-            names = await ready(
+            names = await create_ready(
                 first,
                 PodCreate(pool=CPU, name="keep-0", annotations={"state": "idle", "role": "active"}),
                 PodCreate(pool=GPU, name="keep-1", annotations={"state": "running", "job": "j-1"}),
             )
-            (sb,) = await ready(
+            (sb,) = await create_ready(
                 first,
                 PodCreate(pool=GPU, role=PodRole.STANDBY, group="keep-1", devices=("GPU-x",),
                           name="keep-2", annotations={"state": "idle", "group": "keep-1"}),
@@ -228,4 +165,4 @@ def test_restart_recovers_every_pod_from_its_annotations(settings: KubernetesSet
             await second.delete_all()
             await second.close()
 
-    run(go)
+    run_bounded(go)

@@ -52,12 +52,12 @@ def test_the_local_backend_resolves_images_and_refuses_what_it_cannot_run(tmp_pa
     # Exact reference, then repository, then each parent path of the repository.
     assert backend.environment("local/ml/deep:v1") == env
     with pytest.raises(ConfigError) as err:
-        backend.check_images(catalog.pools)  # `other/env@...` has no environment here
+        backend.check_pools(catalog.pools)  # `other/env@...` has no environment here
     assert err.value.field == "local_images" and "pool cpu" in err.value.message
     assert "other/env" in err.value.message
     nowhere = tmp_path / "nowhere"
     backend.images[pinned] = nowhere
     with pytest.raises(ConfigError, match="has no bin/python"):
-        backend.check_images(catalog.pools)
+        backend.check_pools(catalog.pools)
     backend.images[pinned] = env
-    backend.check_images(catalog.pools)
+    backend.check_pools(catalog.pools)

@@ -56,6 +56,10 @@ def main(argv: list[str]) -> int:
         Path(raw["pod_dir"]).mkdir(parents=True, exist_ok=True)
     else:
         raw = json.loads(Path(args.config).read_text())
+    if raw.get("devices_from_env") and not raw.get("devices"):
+        from firepool.protocol import allocated_devices
+
+        raw["devices"] = list(allocated_devices(os.environ.get(raw["devices_from_env"], "")))
     if "die-at-start" in raw.get("faults", ()):  # test hook: a pod that never becomes ready
         sys.exit(3)
     set_subreaper()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -40,6 +40,9 @@ class BackendCapabilities:
     durable_state: bool
     #: How the pool memory limit is enforced, as far as the backend can tell in advance.
     memory_limit: str
+    #: The pods run on this host and reach the broker on its loopback (local processes). A
+    #: cluster's pods do not: the broker must advertise an address they can reach.
+    pods_on_this_host: bool = True
 
 
 class PodCreate(StrictModel):
@@ -105,9 +108,17 @@ class PodBackend(Protocol):
 
     def agent(self, pod: PodRecord) -> AgentClient: ...
 
+    def check_pools(self, pools: Sequence[PoolSpec]) -> None:
+        """Refuse at start-up, with a ConfigError naming the pool, a catalog this backend
+        could not make pods for (so an admitted job never queues for an impossible pod)."""
+        ...
+
 
 class BaseBackend:
     """Shared behaviour: readiness by polling the agent's health."""
+
+    def check_pools(self, pools: Sequence[PoolSpec]) -> None:
+        """Every catalog will do unless the backend says otherwise."""
 
     async def get(self, name: str) -> PodRecord | None:
         raise NotImplementedError

@@ -351,7 +351,7 @@ class LocalBackend(BaseBackend):
             field="image",
         )
 
-    def check_images(self, pools: Sequence[PoolSpec]) -> None:
+    def check_pools(self, pools: Sequence[PoolSpec]) -> None:
         """Every image a pool admits must have an environment here: refused at start-up, so
         an admitted job never queues for a pod this backend cannot make."""
         for pool in pools:

@@ -64,12 +64,20 @@ def serve(
         None, "--pod-templates", help="Per-pool Kubernetes placement (YAML or TOML)."
     ),
     api_qps: float = typer.Option(
-        100.0, "--api-qps", help="Pod creates+deletes per second against the API server."
+        100.0, "--api-qps", help="Writes/s to the API server (pods, Secrets, patches)."
     ),
     agent_port: int = typer.Option(7070, "--agent-port", help="The pods' agent port."),
+    advertise_url: str | None = typer.Option(
+        None,
+        "--advertise-url",
+        envvar="FIREPOOL_ADVERTISE_URL",
+        help="Where the pods' agents reach the broker (in a cluster: the broker Service's "
+        "URL); default: the listen address, which a cluster's pods cannot use if it is "
+        "0.0.0.0 or loopback.",
+    ),
 ) -> None:
     """Run the broker: API, dispatcher, scaler and pods, until SIGINT or SIGTERM."""
-    from firepool.composition import EmbeddedBroker
+    from firepool.composition import EmbeddedBroker, agents_url
     from firepool.service import logs
     from firepool.service.broker import BrokerConfig
     from firepool.service.capacity import open_capacity_source
@@ -91,6 +99,7 @@ def serve(
             if backend == "kubernetes"
             else None
         )
+        agents_url(host, port, advertise_url, pods_on_this_host=cluster is None)
     except FirepoolError as err:
         typer.echo(f"error: {err.message}", err=True)
         raise typer.Exit(2) from None
@@ -126,6 +135,7 @@ def serve(
             kubernetes=cluster,
             capacity=borrowable,
             config=BrokerConfig(capacity_poll_s=capacity_poll_s),
+            advertise_url=advertise_url,
         ) as broker:
             log.info("serving on %s (data dir %s); token in %s", broker.url, root, root / "token")
             typer.echo(f"firepool serving on {broker.url}", err=True)

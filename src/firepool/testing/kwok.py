@@ -7,11 +7,20 @@ Ready and moves their pods to Running; the scheduler places pods on them as on a
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from typing import Any
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
+import yaml
+
+from firepool.backends.base import PodCreate
+from firepool.backends.kubernetes.backend import KubernetesBackend
 from firepool.backends.kubernetes.errors import PodConflictError, PodNotFoundError
 from firepool.backends.kubernetes.rest import Rest, load_configuration
+from firepool.backends.kubernetes.status import Phase, observe
+from firepool.model import PoolSpec
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 #: The GPU nodes (8 x nvidia.com/gpu each) the integration tests make.
@@ -79,3 +88,90 @@ def ensure_service_account(rest: Rest, namespace: str) -> None:
         rest.request(
             "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", "create sa", body=body
         )
+
+
+#: The shipped manifests that give the broker its rights in one namespace.
+DEPLOY_BASE = Path(__file__).resolve().parents[3] / "deploy" / "base"
+BROKER_ACCOUNT = "firepool-broker"
+
+
+def shipped_rbac(namespace: str) -> list[dict[str, Any]]:
+    """deploy/base's ServiceAccount, Role and RoleBinding as they would be applied to
+    `namespace` (kustomize fills the binding's subject namespace; so does this)."""
+    documents = []
+    for name in ("serviceaccount.yaml", "role.yaml", "rolebinding.yaml"):
+        document = yaml.safe_load((DEPLOY_BASE / name).read_text())
+        document["metadata"]["namespace"] = namespace
+        for subject in document.get("subjects") or []:
+            subject.setdefault("namespace", namespace)
+        documents.append(document)
+    return documents
+
+
+def grant_broker_role(rest: Rest, namespace: str, *, expiration_s: int = 7200) -> str:
+    """Apply the shipped Role bound to the broker's ServiceAccount in `namespace` and return a
+    token of that account (TokenRequest), so a test acts with exactly the rights a deployed
+    broker has, not as cluster-admin."""
+    paths = {
+        "ServiceAccount": f"/api/v1/namespaces/{namespace}/serviceaccounts",
+        "Role": f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+        "RoleBinding": f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+    }
+    for document in shipped_rbac(namespace):
+        with contextlib.suppress(PodConflictError):
+            rest.request("POST", paths[document["kind"]], f"create {document['kind']}",
+                         body=document)  # fmt: skip
+    answer = rest.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{BROKER_ACCOUNT}/token",
+        "request a token",
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": expiration_s},
+        },
+    )
+    return str(answer["status"]["token"])
+
+
+# ---------------------------------------------------------------------- for the cluster tests
+
+#: Pools the cluster tests and the benchmark create (kwok pods run no process, so the image
+#: is never pulled).
+TEST_CPU_POOL = PoolSpec(name="cpu", cpus_per_pod=0.1, memory_mib_per_pod=64, image="busybox:1.36")
+TEST_GPU_POOL = PoolSpec(
+    name="h100",
+    accelerator="H100",
+    accelerators_per_pod=1,
+    standbys_per_active=1,
+    cpus_per_pod=0.1,
+    memory_mib_per_pod=64,
+)
+
+T = TypeVar("T")
+
+
+def run_bounded(make: Callable[[], Awaitable[T]], timeout: float = 120) -> T:
+    """Run one test's coroutine in a fresh loop, failing it after `timeout` seconds."""
+
+    async def go() -> T:
+        return await asyncio.wait_for(make(), timeout)
+
+    return asyncio.run(go())
+
+
+async def create_ready(backend: KubernetesBackend, *requests: PodCreate) -> list[str]:
+    """Create the pods and wait until every one is Ready; their names."""
+    records = await asyncio.gather(*(backend.create(r) for r in requests))
+    await asyncio.gather(*(backend.wait_ready(r.name, timeout=60) for r in records))
+    return [r.name for r in records]
+
+
+def phase_of(backend: KubernetesBackend, name: str) -> Phase | None:
+    """The pod's phase as the backend's cache sees it (None: not in the cache)."""
+    pod = backend.cache.pods.get(name)
+    return None if pod is None else observe(pod).phase
+
+
+def node_of(backend: KubernetesBackend, name: str) -> str:
+    return str(backend.cache.pods[name]["spec"].get("nodeName"))

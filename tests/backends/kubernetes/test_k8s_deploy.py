@@ -48,6 +48,7 @@ def test_role_is_namespaced_and_minimal() -> None:
     assert rules == {
         ("pods",): {"get", "list", "watch", "create", "delete", "patch"},
         ("secrets",): {"get", "list", "create", "delete"},
+        ("events",): {"list"},  # the scheduler's reason for a pod left pending
     }
 
 

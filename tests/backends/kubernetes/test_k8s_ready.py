@@ -27,9 +27,12 @@ def ours(make: Callable[..., dict[str, Any]], name: str, **kw: Any) -> dict[str,
     return make(name, labels=dict(LABELS), **kw)
 
 
-def drive(events: list[tuple[str, dict[str, Any]]], timeout: float = 5.0) -> Any:
+def drive(
+    events: list[tuple[str, dict[str, Any]]], timeout: float = 5.0, stalled_grace_s: float = 0.2
+) -> Any:
     """Wait for `p` while the events arrive one by one, as the watch thread hands them over."""
-    backend = KubernetesBackend(KubernetesSettings())
+    backend = KubernetesBackend(KubernetesSettings(stalled_grace_s=stalled_grace_s))
+    backend._stall_detail = _no_events  # type: ignore[method-assign]
     backend._on_list([ours(pod, "p", rv="1")], "1")
 
     async def go() -> Any:
@@ -58,14 +61,35 @@ def test_ready_after_scheduling_and_start() -> None:
     assert seen.phase is Phase.READY and seen.ip == "10.0.0.7"
 
 
-def test_unschedulable_ends_the_wait() -> None:
-    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+async def _no_events(name: str, seen: Any) -> str:
+    return seen.message or seen.reason
+
+
+UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+
+
+def test_unschedulable_ends_the_wait_once_its_grace_is_over() -> None:
+    started = time.monotonic()
     with pytest.raises(PodUnschedulableError) as err:
-        drive([("MODIFIED", ours(pod, "p", rv="2", conditions=[condition]))])
+        drive([("MODIFIED", ours(pod, "p", rv="2", conditions=[UNSCHEDULABLE]))])
     assert err.value.field == "pool"
+    assert time.monotonic() - started >= 0.2
 
 
-def test_image_pull_back_off_ends_the_wait() -> None:
+def test_unschedulable_then_scheduled_is_ready() -> None:
+    """Room made within the grace (an autoscaler's node, a preempted pod): the same pod."""
+    seen = drive(
+        [
+            ("MODIFIED", ours(pod, "p", rv="2", conditions=[UNSCHEDULABLE])),
+            ("MODIFIED", ours(pod, "p", rv="3", node="n1")),
+            ("MODIFIED", ours(running, "p", rv="4")),
+        ],
+        stalled_grace_s=5.0,
+    )
+    assert seen.phase is Phase.READY
+
+
+def test_image_pull_back_off_ends_the_wait_once_its_grace_is_over() -> None:
     waiting = {"name": "agent", "state": {"waiting": {"reason": "ImagePullBackOff"}}}
     with pytest.raises(ImagePullError) as err:
         drive([("MODIFIED", ours(pod, "p", rv="2", node="n1", containers=[waiting]))])

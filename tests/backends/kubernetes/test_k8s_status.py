@@ -26,7 +26,8 @@ def test_unschedulable_is_terminal_with_the_schedulers_message() -> None:
             ]
         )
     )
-    assert seen.phase is Phase.UNSCHEDULABLE and seen.terminal
+    # Not final: an autoscaler, a preemption or a terminating pod may make room.
+    assert seen.phase is Phase.UNSCHEDULABLE and seen.stalled and not seen.terminal
     assert "Insufficient nvidia.com/gpu" in seen.message
 
 
@@ -38,16 +39,23 @@ def test_scheduling_gated_is_still_pending() -> None:
 
 
 @pytest.mark.parametrize(
-    "reason", ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"]
+    ("reason", "final"),
+    [
+        ("ErrImagePull", False),  # the kubelet pulls again: a registry blip heals
+        ("ImagePullBackOff", False),
+        ("InvalidImageName", True),  # no retry can fix the name
+        ("ErrImageNeverPull", True),  # pullPolicy Never and the image is not on the node
+    ],
 )
-def test_image_pull_failures(reason: str) -> None:
+def test_image_pull_failures(reason: str, final: bool) -> None:
     seen = observe(
         pod(
             node="n1",
             containers=[{"name": "agent", "state": {"waiting": {"reason": reason}}}],
         )
     )
-    assert seen.phase is Phase.IMAGE_FAILED and seen.reason == reason and seen.terminal
+    assert seen.phase is Phase.IMAGE_FAILED and seen.reason == reason
+    assert (seen.terminal, seen.stalled) == (final, not final)
 
 
 def test_container_creating_is_starting_or_pending() -> None:
@@ -139,15 +147,19 @@ def test_ready_unknown_is_lost() -> None:
     assert observe(obj).phase is Phase.LOST
 
 
-def test_crash_loop_and_config_error_fail() -> None:
-    for reason in ("CrashLoopBackOff", "CreateContainerConfigError"):
+def test_crash_loop_fails_and_a_config_error_stalls() -> None:
+    """A crash loop is the agent's own failure; a missing Secret or ConfigMap the kubelet
+    retries on its own (it may be created a moment later), so it only stalls the pod."""
+    expected = {"CrashLoopBackOff": Phase.FAILED, "CreateContainerConfigError": Phase.CONFIG_FAILED}
+    for reason, phase in expected.items():
         seen = observe(
             pod(
                 node="n1",
                 containers=[{"name": "agent", "state": {"waiting": {"reason": reason}}}],
             )
         )
-        assert seen.phase is Phase.FAILED and seen.reason == reason
+        assert seen.phase is phase and seen.reason == reason
+        assert seen.terminal is (phase is Phase.FAILED)
 
 
 def test_succeeded_counts_as_failed() -> None:

@@ -1,12 +1,18 @@
 """`KubernetesBackend`: the `PodBackend` protocol over one namespace of a cluster.
 
-Pod creates and deletes go through a token bucket (settings.qps; the Secret that carries a
-pod's agent secret is written alongside, unpaced) and every call is retried on 429/5xx;
-pod state comes from one list+watch (`watch.PodWatcher`) into a cache on the event loop, so
-`get`, `list_pods` and `wait_ready` never poll the API server. Ready means the container is
-ready *and* the agent answers its health check; a pod that can never get there (unschedulable,
-bad image, OOM-killed, evicted, deleted, node lost) ends `wait_ready` with a typed error at the
-first watch event that says so, and the broker then deletes it and releases its budget.
+Every write (pod and Secret creates and deletes, annotation patches) goes through one token
+bucket (settings.qps) and every call is retried on 429/5xx; pod state comes from one
+list+watch (`watch.PodWatcher`) into a cache on the event loop, so `get`, `list_pods` and
+`wait_ready` never poll the API server. Ready means the container is ready *and* the agent
+answers its health check. A pod that can never get there (invalid image, OOM-killed, evicted,
+deleted, node lost) ends `wait_ready` with a typed error at the first watch event that says
+so; a stalled one (unschedulable, image not pulled yet, container not created yet) only once
+it has stayed stalled for `stalled_grace_s`. The broker then deletes it and releases its
+budget.
+
+A create whose answer was lost and whose retry gets 409 adopts the pod (and Secret) its own
+first try made, recognised by the plan's secret and creation stamp; a 409 from anything else
+is a conflict, and the clean-up then removes only what this call made.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -27,18 +33,21 @@ from firepool.backends.kubernetes.cache import Change, PodCache
 from firepool.backends.kubernetes.codec import AnnotationCodec
 from firepool.backends.kubernetes.errors import (
     BackendError,
+    ContainerConfigError,
     ImagePullError,
+    PodConflictError,
     PodFailedError,
     PodNotFoundError,
     PodUnschedulableError,
 )
+from firepool.backends.kubernetes.names import check_pool_name
 from firepool.backends.kubernetes.ratelimit import TokenBucket, with_retries
 from firepool.backends.kubernetes.records import is_ours, to_record
 from firepool.backends.kubernetes.rest import Rest, load_configuration
 from firepool.backends.kubernetes.settings import KubernetesSettings
 from firepool.backends.kubernetes.status import Observed, Phase, observe
 from firepool.backends.kubernetes.watch import PodWatcher
-from firepool.model import ConfigError, FirepoolError, PodRole
+from firepool.model import ConfigError, FirepoolError, PodRole, PoolSpec
 from firepool.protocol import Health, IsolationMode, MemoryLimitMode
 
 log = logging.getLogger("firepool.backends.kubernetes")
@@ -46,12 +55,15 @@ log = logging.getLogger("firepool.backends.kubernetes")
 T = TypeVar("T")
 
 
-def _ready_error(name: str, seen: Observed) -> BackendError:
-    text = f"pod {name}: {seen.reason or seen.phase.value}: {seen.message}".rstrip(": ")
+def _ready_error(name: str, seen: Observed, detail: str | None = None) -> BackendError:
+    message = detail or seen.message
+    text = f"pod {name}: {seen.reason or seen.phase.value}: {message}".rstrip(": ")
     if seen.phase is Phase.UNSCHEDULABLE:
         return PodUnschedulableError(text, field="pool")
     if seen.phase is Phase.IMAGE_FAILED:
         return ImagePullError(text, field="image")
+    if seen.phase is Phase.CONFIG_FAILED:
+        return ContainerConfigError(text, field="template")
     return PodFailedError(text)
 
 
@@ -68,7 +80,7 @@ class KubernetesBackend(BaseBackend):
         self.settings = settings
         self.codec = AnnotationCodec(settings.prefix)
         self.clock = clock
-        self.cache = PodCache()
+        self.cache = PodCache(gone_ttl_s=settings.gone_ttl_s, gone_limit=settings.gone_limit)
         #: Hooks for measurements: every cache change as the watch delivered it, and each pod
         #: create as it is sent (after pacing), by name.
         self.on_change: Callable[[Change], None] | None = None
@@ -92,11 +104,25 @@ class KubernetesBackend(BaseBackend):
             shared_devices=True,  # standbys share their active pod's card
             durable_state=True,  # list_pods() reads the cluster
             memory_limit="container-limits",
+            pods_on_this_host=False,
         )
 
     @property
     def capabilities(self) -> BackendCapabilities:
         return self._capabilities
+
+    def check_pools(self, pools: Sequence[PoolSpec]) -> None:
+        """Pool names the API would refuse as pod names or label values, and pools with no
+        image from the catalog or the templates, fail here, before anything is served."""
+        for pool in pools:
+            check_pool_name(pool)
+            template = self.settings.templates.for_pool(pool.name)
+            if not (template.image or pool.image):
+                raise ConfigError(
+                    f"pool {pool.name}: no image (set `image` in the catalog or the pod "
+                    "templates)",
+                    field="image",
+                )
 
     @property
     def path(self) -> str:
@@ -129,6 +155,7 @@ class KubernetesBackend(BaseBackend):
                 on_event=self._from_thread(self._on_event),
                 timeout_s=s.watch_timeout_s,
                 resync_s=s.resync_s,
+                silence_s=s.watch_silence_s,
             )
             # The first list is ours, so a cluster that refuses it fails start() with a typed
             # error instead of leaving callers waiting for a watch that never syncs.
@@ -287,25 +314,69 @@ class KubernetesBackend(BaseBackend):
         pod_body = specs.build_pod(self.settings, self.codec, plan)
         self._created.add(plan.name)
         self._secrets[plan.name] = plan.secret
+        secret_made = False
         try:
-            await self._call(
-                f"create secret of {plan.name}",
-                lambda: rest.request("POST", f"{self.path}/secrets", "create secret",
-                                     body=secret_body),
-            )  # fmt: skip
-            created = await self._call(
-                f"create pod {plan.name}",
-                lambda: self._post_pod(rest, plan.name, pod_body),
-                paced=True,
-            )
+            await self._create_secret(rest, plan, secret_body)
+            secret_made = True
+            created = await self._create_pod(rest, plan, pod_body)
         except FirepoolError:
             self._created.discard(plan.name)
             self._secrets.pop(plan.name, None)
-            with contextlib.suppress(FirepoolError):
-                await self._delete_secret(plan.name)
+            if secret_made:
+                with contextlib.suppress(FirepoolError):
+                    await self._delete_secret(plan.name)
             raise
         self.cache.put(_slim(created))
         return self._record(created)
+
+    async def _create_secret(
+        self, rest: Rest, plan: specs.PodPlan, body: dict[str, Any]
+    ) -> None:
+        name = specs.secret_name(plan.name)
+        try:
+            await self._call(
+                f"create secret of {plan.name}",
+                lambda: rest.request("POST", f"{self.path}/secrets", "create secret", body=body),
+                paced=True,
+            )
+        except PodConflictError:
+            # Ours only if it holds this plan's fresh random secret: a retry of our own POST.
+            found = await self._call(
+                f"read secret {name}",
+                lambda: rest.request("GET", f"{self.path}/secrets/{name}", "read secret"),
+            )
+            value = (found.get("data") or {}).get(specs.SECRET_KEY) or ""
+            if base64.b64decode(value).decode(errors="replace") != plan.secret:
+                raise PodConflictError(
+                    f"secret {name} exists and is not this create's", field="name", status=409
+                ) from None
+            log.info("secret %s: adopted after a retried create", name)
+
+    async def _create_pod(
+        self, rest: Rest, plan: specs.PodPlan, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        try:
+            return await self._call(
+                f"create pod {plan.name}",
+                lambda: self._post_pod(rest, plan.name, body),
+                paced=True,
+            )
+        except PodConflictError:
+            found = await self._call(
+                f"read pod {plan.name}",
+                lambda: rest.request("GET", f"{self.path}/pods/{plan.name}", "read pod"),
+            )
+            stamp = (body["metadata"].get("annotations") or {}).get(self.codec.own("created-at"))
+            meta = found.get("metadata") or {}
+            if not (
+                is_ours(found, self.codec)
+                and (meta.get("labels") or {}).get(self.codec.own("instance"))
+                == self.settings.instance
+                and (meta.get("annotations") or {}).get(self.codec.own("created-at")) == stamp
+            ):
+                raise
+            log.info("pod %s: adopted after a retried create", plan.name)
+            return found
 
     def _post_pod(self, rest: Rest, name: str, body: dict[str, Any]) -> dict[str, Any]:
         if self.on_issue is not None:
@@ -325,9 +396,11 @@ class KubernetesBackend(BaseBackend):
     # ------------------------------------------------------------------ ready
 
     async def _observed(self, name: str, deadline: float) -> Observed:
-        """Wait until the pod is ready or will never be; raise for the latter."""
+        """Wait until the pod is ready or will never be; raise for the latter. A stalled pod
+        gets `stalled_grace_s` from the moment it is first seen stalled."""
         waiter = asyncio.Event()
         self._waiters.setdefault(name, set()).add(waiter)
+        stalled_since: float | None = None
         try:
             while True:
                 waiter.clear()
@@ -342,8 +415,17 @@ class KubernetesBackend(BaseBackend):
                     return seen
                 if seen.terminal:
                     raise _ready_error(name, seen)
-                left = deadline - time.monotonic()
-                if left <= 0:
+                now = time.monotonic()
+                left = deadline - now
+                if seen.stalled:
+                    stalled_since = now if stalled_since is None else stalled_since
+                    grace_left = stalled_since + self.settings.stalled_grace_s - now
+                    if grace_left <= 0:
+                        raise _ready_error(name, seen, await self._stall_detail(name, seen))
+                    left = min(left, grace_left)
+                else:
+                    stalled_since = None
+                if deadline - now <= 0:
                     raise BackendError(
                         f"pod {name} not ready after the timeout "
                         f"({seen.phase.value}: {seen.reason or 'no reason given'})"
@@ -356,6 +438,33 @@ class KubernetesBackend(BaseBackend):
                 waiting.discard(waiter)
                 if not waiting:
                     del self._waiters[name]
+
+    async def _stall_detail(self, name: str, seen: Observed) -> str | None:
+        """Why a pod stayed unschedulable, in the scheduler's words: its latest
+        FailedScheduling event (the pod's condition only keeps the first message)."""
+        if seen.phase is not Phase.UNSCHEDULABLE:
+            return None
+        rest = self._rest_or_fail()
+        selector = f"involvedObject.kind=Pod,involvedObject.name={name},reason=FailedScheduling"
+        try:
+            answer = await self._call(
+                f"list events of {name}",
+                lambda: rest.request(
+                    "GET", f"{self.path}/events", "list events",
+                    query=[("fieldSelector", selector)],
+                ),
+            )  # fmt: skip
+        except BackendError as err:  # a Role without events: the condition's message will do
+            log.debug("events of %s: %s", name, err.message)
+            return None
+        items = [e for e in answer.get("items") or [] if isinstance(e, dict)]
+        if not items:
+            return None
+        latest = max(
+            items,
+            key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""),
+        )
+        return str(latest.get("message") or "") or None
 
     async def _check_alive(self, name: str) -> None:
         pod = self.cache.pods.get(name)
@@ -412,6 +521,7 @@ class KubernetesBackend(BaseBackend):
                 body=body,
                 content_type="application/merge-patch+json",
             ),
+            paced=True,
         )
         self.cache.put(_slim(answer))
         return answer
@@ -433,6 +543,7 @@ class KubernetesBackend(BaseBackend):
                 lambda: rest.request(
                     "DELETE", f"{self.path}/secrets/{specs.secret_name(name)}", "delete secret"
                 ),
+                paced=True,
             )
 
     async def delete(self, name: str) -> None:

@@ -4,11 +4,16 @@ A list replaces the picture wholesale (pods missing from it were deleted while n
 watched); a watch event replaces one pod, unless the cache already holds a newer
 resourceVersion of it (a create or patch answer can arrive before its own event). The cache
 remembers when each change arrived, which is what the benchmark's watch lag measures.
+
+Pods seen deleted stay in `gone` so that a `wait_ready` arriving after the DELETED event still
+learns how the pod ended, but only for `gone_ttl_s` and at most `gone_limit` of them: a broker
+that creates and deletes pods for months must not keep every name it ever used.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -38,12 +43,57 @@ class Change:
     at: float
 
 
+class GoneRecords:
+    """How deleted pods ended, oldest first, for a bounded time and number."""
+
+    def __init__(self, ttl_s: float, limit: int, clock: Callable[[], float]) -> None:
+        self.ttl_s = ttl_s
+        self.limit = limit
+        self.clock = clock
+        self._records: OrderedDict[str, tuple[float, Observed]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __contains__(self, name: object) -> bool:
+        self._prune()
+        return name in self._records
+
+    def __setitem__(self, name: str, seen: Observed) -> None:
+        self._records.pop(name, None)
+        self._records[name] = (self.clock(), seen)
+        self._prune()
+
+    def get(self, name: str) -> Observed | None:
+        self._prune()
+        entry = self._records.get(name)
+        return None if entry is None else entry[1]
+
+    def pop(self, name: str, default: Observed | None = None) -> Observed | None:
+        entry = self._records.pop(name, None)
+        return default if entry is None else entry[1]
+
+    def _prune(self) -> None:
+        oldest = self.clock() - self.ttl_s
+        while self._records:
+            name, (at, _) = next(iter(self._records.items()))
+            if at >= oldest and len(self._records) <= self.limit:
+                return
+            del self._records[name]
+
+
 class PodCache:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        gone_ttl_s: float = 600.0,
+        gone_limit: int = 10_000,
+    ) -> None:
         self.clock = clock
         self.pods: dict[str, dict[str, Any]] = {}
         #: Pods seen deleted (DELETED event or gone from a relist), with how they ended.
-        self.gone: dict[str, Observed] = {}
+        self.gone = GoneRecords(gone_ttl_s, gone_limit, clock)
         self.synced = False
 
     def replace(self, items: Iterable[dict[str, Any]], version: str = "") -> list[Change]:

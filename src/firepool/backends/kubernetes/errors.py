@@ -45,7 +45,31 @@ class ApiRejectedError(BackendError):
 
 
 class ForbiddenError(BackendError):
-    """401/403: the broker's service account lacks a verb (see deploy/base/role.yaml)."""
+    """401/403 from authentication or RBAC: the broker's service account lacks a verb (see
+    deploy/base/role.yaml)."""
+
+    code = ErrorCode.CONFIG
+
+    @property
+    def retryable(self) -> bool:
+        return False
+
+
+class ResourceQuotaError(BackendError):
+    """403 from the ResourceQuota admission plugin: the namespace's quota has no room for the
+    pod. Not a mistake in the broker's rights, and not worth an immediate retry either: the
+    room comes back only when something else in the namespace lets go."""
+
+    code = ErrorCode.QUOTA
+
+    @property
+    def retryable(self) -> bool:
+        return False
+
+
+class PodSecurityError(BackendError):
+    """403 from Pod Security admission: the pod template breaks the namespace's enforced
+    level (its `pod-security.kubernetes.io/enforce` label)."""
 
     code = ErrorCode.CONFIG
 
@@ -84,6 +108,18 @@ class PodUnschedulableError(BackendError):
 
 class ImagePullError(BackendError):
     """The pool's image cannot be pulled (ErrImagePull, ImagePullBackOff, InvalidImageName)."""
+
+    code = ErrorCode.CONFIG
+
+    @property
+    def retryable(self) -> bool:
+        return False
+
+
+class ContainerConfigError(BackendError):
+    """The kubelet could not create the container for longer than the grace period
+    (CreateContainerConfigError, CreateContainerError): a template names a Secret, ConfigMap or
+    setting the node cannot satisfy."""
 
     code = ErrorCode.CONFIG
 
@@ -133,6 +169,10 @@ def from_status(status: int, body: Any, what: str, headers: Any = None) -> Backe
 def _classify(status: int, text: str, field: str | None) -> BackendError:
     if status in (400, 422):
         return ApiRejectedError(text, field=field, status=status)
+    if status == 403 and "exceeded quota" in text:
+        return ResourceQuotaError(text, field="pool", status=status)
+    if status == 403 and "violates PodSecurity" in text:
+        return PodSecurityError(text, field="securityContext", status=status)
     if status in (401, 403):
         return ForbiddenError(text, field=field, status=status)
     if status == 404:

@@ -36,6 +36,11 @@ def _timestamp(value: Any) -> float:
         return 0.0
 
 
+def http_url(host: str, port: int) -> str:
+    """`http://host:port`, with an IPv6 address in brackets (a dual-stack cluster's pod IP)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def is_ours(pod: dict[str, Any], codec: AnnotationCodec) -> bool:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return codec.own("pool") in labels
@@ -67,7 +72,7 @@ def to_record(
         name=str(metadata.get("name") or ""),
         pool=str(labels.get(codec.own("pool"), "")),
         role=role,
-        agent_url=f"http://{ip}:{agent_port}" if ip else "",
+        agent_url=http_url(ip, agent_port) if ip else "",
         secret=secret,
         devices=devices,
         created_at=_created_at(metadata, codec),

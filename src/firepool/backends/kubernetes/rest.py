@@ -10,9 +10,12 @@ own thread pool, so the broker's event loop never waits on the network.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 from collections.abc import Iterator
+from importlib import metadata
 from typing import Any
 
 from kubernetes import client as k8s_client
@@ -22,6 +25,25 @@ from firepool.backends.kubernetes.errors import from_status, map_exception
 from firepool.model import ConfigError
 
 _IN_CLUSTER_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+#: The client releases this module is written against, as pyproject.toml pins them: 37.x is
+#: the first whose ApiClient has `param_serialize` and the `call_api` that takes its output;
+#: with an older one every call would fail with an AttributeError, read as a flaky API.
+CLIENT_RANGE = (37, 38)
+
+
+def check_client(version: str) -> None:
+    """Refuse a client release outside CLIENT_RANGE with a typed, non-retryable error."""
+    low, high = CLIENT_RANGE
+    try:
+        major = int(version.split(".")[0])
+    except ValueError:
+        major = -1
+    if not low <= major < high:
+        raise ConfigError(
+            f"the kubernetes client {version} is not supported: firepool's Kubernetes backend "
+            f"needs kubernetes>={low},<{high} (pip install 'kubernetes>={low},<{high}')",
+            field="kubernetes",
+        )
 
 
 def load_configuration(
@@ -50,6 +72,7 @@ def load_configuration(
 
 class Rest:
     def __init__(self, configuration: k8s_client.Configuration) -> None:
+        check_client(metadata.version("kubernetes"))
         self.api = k8s_client.ApiClient(configuration)
 
     def close(self) -> None:
@@ -100,20 +123,44 @@ class Rest:
         return parsed if isinstance(parsed, dict) else {}
 
     def watch(
-        self, path: str, query: list[tuple[str, str]], timeout_s: int
+        self, path: str, query: list[tuple[str, str]], timeout_s: int, silence_s: float = 30.0
     ) -> tuple[Any, Iterator[dict[str, Any]]]:
-        """Open a watch stream; returns (the raw response, to close it) and its events."""
+        """Open a watch stream; returns (the raw response, to close it) and its events. A read
+        that waits longer than the server's own timeout plus `silence_s` fails: the connection
+        was dropped without a word."""
         try:
             response = self._send(
-                "GET", path, query=[*query, ("watch", "true")], timeout=(10.0, timeout_s + 30.0)
-            )
+                "GET", path, query=[*query, ("watch", "true")],
+                timeout=(10.0, timeout_s + silence_s),
+            )  # fmt: skip
         except Exception as exc:
             raise map_exception(exc, "watch pods") from None
         if not 200 <= response.status <= 299:
             data = response.read()
             raise from_status(response.status, data, "watch pods")
         raw = response.response
-        return raw, _lines(raw)
+        return WatchStream(raw), _lines(raw)
+
+
+class WatchStream:
+    """An open watch response that another thread can close at once. Closing the response
+    alone waits for the reader's lock, held by the watch thread's blocking read until the
+    server next speaks (a minute, with bookmarks); shutting the socket down first ends that
+    read now."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        connection = getattr(raw, "_connection", None)
+        self._socket: socket.socket | None = getattr(connection, "sock", None)
+
+    def close(self) -> None:
+        if self._socket is not None:
+            with contextlib.suppress(OSError):
+                self._socket.shutdown(socket.SHUT_RDWR)
+        self._raw.close()
+
+    def release_conn(self) -> None:
+        self._raw.release_conn()
 
 
 def _lines(raw: Any) -> Iterator[dict[str, Any]]:

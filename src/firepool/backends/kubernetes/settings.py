@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from firepool.backends.kubernetes.names import check_labels
 from firepool.model import ConfigError, StrictModel
 
 #: Every label and annotation the backend writes starts with this (one DNS subdomain).
@@ -92,6 +93,8 @@ class PodTemplate(StrictModel):
                 raise ConfigError(
                     f"pod template: env {name} is set by the backend", field=f"env.{name}"
                 )
+        check_labels(self.labels, "labels")
+        check_labels(self.node_selector, "node_selector")
         if not self.checkpoint_mount.startswith("/"):
             raise ConfigError(
                 "pod template: checkpoint_mount must be an absolute path", field="checkpoint_mount"
@@ -163,7 +166,8 @@ class KubernetesSettings(StrictModel):
     prefix: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")] = (
         DEFAULT_PREFIX
     )
-    #: Create and delete calls per second (token bucket; the paper's limiter is 100).
+    #: Write calls per second: creates, deletes and patches of pods and of their Secrets, all
+    #: through one token bucket (the paper's limiter is 100).
     qps: Annotated[float, Field(gt=0, le=100_000)] = 100.0
     burst: Annotated[int, Field(ge=1, le=100_000)] = 100
     #: Retries of one call on 429/5xx/transport errors, with exponential backoff.
@@ -182,6 +186,17 @@ class KubernetesSettings(StrictModel):
     resync_s: Annotated[float, Field(gt=0)] = 300.0
     #: Server-side watch timeout; the stream is re-opened from the last resourceVersion.
     watch_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 240
+    #: How long a pod may stay stalled (unschedulable, image not pulled, container not
+    #: created) before it counts as failed; the scheduler and kubelet retry meanwhile, and the
+    #: pod keeps its budget.
+    stalled_grace_s: Annotated[float, Field(ge=0, le=3600)] = 120.0
+    #: The pod watch's longest silence before its stream counts as dead, beyond the server's
+    #: own timeout (a connection dropped without a FIN or RST says nothing otherwise).
+    watch_silence_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+    #: Pods seen deleted are remembered (for a late `wait_ready`) this long, at most
+    #: `gone_limit` of them.
+    gone_ttl_s: Annotated[float, Field(gt=0)] = 600.0
+    gone_limit: Annotated[int, Field(ge=1)] = 10_000
     #: Grace period for a deleted pod's agent to kill its jobs.
     delete_grace_s: Annotated[int, Field(ge=0, le=3600)] = 10
     templates: Templates = Field(default_factory=Templates)

@@ -35,6 +35,8 @@ POD_DIR = "/var/lib/firepool/pod"
 #: torchrun's rendezvous port on rank 0's pod.
 RENDEZVOUS_PORT = 29500
 RUN_AS_USER = 10001
+#: Where the NVIDIA device plugin names the cards it gave a container.
+DEVICE_PLUGIN_ENV = "NVIDIA_VISIBLE_DEVICES"
 
 _POD_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
 
@@ -154,6 +156,11 @@ def agent_config(settings: KubernetesSettings, plan: PodPlan) -> dict[str, Any]:
         preload_modules=plan.pool.preload_modules,
         memory_limit_mib=plan.pool.memory_mib_per_pod or None,
         devices=plan.devices,
+        # An active GPU pod's card is the device plugin's choice, named in the container's
+        # environment; the agent reads it there and reports it in its health.
+        devices_from_env=(
+            DEVICE_PLUGIN_ENV if plan.pool.is_gpu and plan.role is PodRole.ACTIVE else None
+        ),
         device_memory_mib=(
             ACCELERATORS.get(plan.pool.accelerator or "", 0) * 1024 or None
             if plan.pool.is_gpu

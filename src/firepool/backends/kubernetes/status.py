@@ -2,8 +2,16 @@
 
 Kubernetes spreads a pod's fate over the phase, conditions, container states, the pod's
 `reason` and its deletion timestamp. The broker needs fewer answers: still coming up, ready,
-never going to run (unschedulable, bad image), or gone (failed, OOM-killed, evicted, deleted,
-its node lost). Each answer carries the Kubernetes reason so logs and errors say why.
+stalled (unschedulable, an image the kubelet cannot pull yet, a container it cannot create
+yet), never going to run (an invalid image name, an image that may not be pulled), or gone
+(failed, OOM-killed, evicted, deleted, its node lost). Each answer carries the Kubernetes
+reason so logs and errors say why.
+
+Stalled is not final: an autoscaler adds a node, a preemption or a terminating pod frees
+room, a registry comes back, a missing ConfigMap is created, and the scheduler and kubelet
+retry by themselves. The backend gives a stalled pod a bounded grace before it gives up
+(`KubernetesSettings.stalled_grace_s`); treating the first sight as final would turn every
+such moment into a create/delete loop.
 """
 
 from __future__ import annotations
@@ -17,16 +25,20 @@ class Phase(StrEnum):
     PENDING = "pending"  # accepted, not yet scheduled or not yet started
     STARTING = "starting"  # scheduled and running, container not ready yet
     READY = "ready"  # container ready (agent health is checked by the backend)
-    UNSCHEDULABLE = "unschedulable"  # the scheduler found no node
-    IMAGE_FAILED = "image_failed"  # the image cannot be pulled or is invalid
+    UNSCHEDULABLE = "unschedulable"  # the scheduler found no node (yet)
+    IMAGE_FAILED = "image_failed"  # the image cannot be pulled (yet, or ever: see `terminal`)
+    CONFIG_FAILED = "config_failed"  # the kubelet cannot create the container (yet)
     FAILED = "failed"  # the container ended: crashed, OOM-killed, evicted...
     LOST = "lost"  # deleted, or its node is gone
 
 
-#: Waiting reasons that will not fix themselves while the pod lives.
+#: Waiting reasons about the image: the kubelet retries a pull, but an invalid name or an
+#: image that the pull policy forbids to pull stays so for the pod's whole life.
 _IMAGE_REASONS = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 )
+_PERMANENT_IMAGE_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+#: The kubelet retries these too (a Secret or ConfigMap created later fixes them).
 _CONFIG_REASONS = frozenset({"CreateContainerConfigError", "CreateContainerError"})
 #: A node controller or the kubelet said the node is unreachable.
 _NODE_LOST_REASONS = frozenset({"NodeLost", "NodeShutdown", "Terminated"})
@@ -44,11 +56,22 @@ class Observed:
     @property
     def terminal(self) -> bool:
         """The pod will never (again) be ready."""
-        return self.phase in (Phase.UNSCHEDULABLE, Phase.IMAGE_FAILED, Phase.FAILED, Phase.LOST)
+        if self.phase is Phase.IMAGE_FAILED:
+            return self.reason in _PERMANENT_IMAGE_REASONS
+        return self.phase in (Phase.FAILED, Phase.LOST)
+
+    @property
+    def stalled(self) -> bool:
+        """Not coming up now, but the scheduler or kubelet keeps trying: final only after a
+        grace period (the backend's)."""
+        return not self.terminal and self.phase in (
+            Phase.UNSCHEDULABLE, Phase.IMAGE_FAILED, Phase.CONFIG_FAILED,
+        )  # fmt: skip
 
     @property
     def alive(self) -> bool:
-        return self.phase in (Phase.PENDING, Phase.STARTING, Phase.READY)
+        """The pod exists and may still serve: a stalled pod is alive (it keeps its budget)."""
+        return not self.terminal
 
 
 def _conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -94,7 +117,7 @@ def observe(pod: dict[str, Any], *, deleted: bool = False) -> Observed:
             if why in _IMAGE_REASONS:
                 return seen(Phase.IMAGE_FAILED, why, waiting.get("message") or "")
             if why in _CONFIG_REASONS:
-                return seen(Phase.FAILED, why, waiting.get("message") or "")
+                return seen(Phase.CONFIG_FAILED, why, waiting.get("message") or "")
             if why == "CrashLoopBackOff":
                 return seen(Phase.FAILED, why, waiting.get("message") or "")
     if phase in ("Failed", "Succeeded"):

@@ -3,7 +3,10 @@
 The loop lists (learning a resourceVersion), then watches from that version with bookmarks,
 re-opening the stream from the last version it saw whenever the server ends it. A 410 Gone
 (the version fell out of the server's window) or a stream error makes it re-list; so does
-`resync_s` passing, to catch a stream that went quiet without closing. Every list and event is
+`resync_s` passing. A stream that stays silent past the server's timeout plus `silence_s` was
+dropped without a FIN (a NAT or load balancer forgot it): the read fails and the loop goes on
+from the last version. A paged list whose `continue` token expired (etcd compacted it) starts
+again from the first page. Every list and event is
 handed to `on_list` / `on_event`, which the backend turns into calls on its event loop, so the
 cache is only ever touched from one thread.
 """
@@ -43,6 +46,7 @@ class PodWatcher:
         timeout_s: int,
         resync_s: float,
         page: int = 5000,
+        silence_s: float = 30.0,
     ) -> None:
         self.rest = rest
         self.path = f"/api/v1/namespaces/{namespace}/pods"
@@ -52,10 +56,12 @@ class PodWatcher:
         self.timeout_s = timeout_s
         self.resync_s = resync_s
         self.page = page
+        self.silence_s = silence_s
         self.version: str | None = None
         self.listed_at = 0.0
         self.lists = 0
         self.relists_after_gone = 0
+        self.restarted_lists = 0
         self._stop = threading.Event()
         self._stream: Any = None
         self._thread = threading.Thread(target=self._run, name="k8s-pod-watch", daemon=True)
@@ -82,14 +88,24 @@ class PodWatcher:
     # ------------------------------------------------------------------ list
 
     def list_all(self) -> tuple[list[dict[str, Any]], str]:
-        """Every pod of ours, page by page, and the list's resourceVersion."""
+        """Every pod of ours, page by page, and the list's resourceVersion (one consistent
+        snapshot: an expired `continue` token restarts the list, never splices two)."""
         items: list[dict[str, Any]] = []
         token: str | None = None
+        restarts = 0
         while True:
             query = [("labelSelector", self.selector), ("limit", str(self.page))]
             if token:
                 query.append(("continue", token))
-            answer = self.rest.request("GET", self.path, "list pods", query=query)
+            try:
+                answer = self.rest.request("GET", self.path, "list pods", query=query)
+            except BackendError as err:
+                if err.status != 410 or token is None or restarts >= 3:
+                    raise
+                log.info("list continue token expired after %d pods; listing again", len(items))
+                items, token, restarts = [], None, restarts + 1
+                self.restarted_lists += 1
+                continue
             items.extend(answer.get("items") or [])
             meta = answer.get("metadata") or {}
             token = meta.get("continue") or None
@@ -133,7 +149,7 @@ class PodWatcher:
             ("timeoutSeconds", str(self.timeout_s)),
         ]
         try:
-            stream, events = self.rest.watch(self.path, query, self.timeout_s)
+            stream, events = self.rest.watch(self.path, query, self.timeout_s, self.silence_s)
         except BackendError as err:
             if err.status == 410:
                 raise Gone() from None

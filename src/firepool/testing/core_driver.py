@@ -44,11 +44,19 @@ class StepDriver:
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     @classmethod
-    def of(cls, pools: Iterable[PoolSpec], budgets: dict[str, int] | None = None,
-           config: CoreConfig | None = None) -> StepDriver:
+    def of(
+        cls,
+        pools: Iterable[PoolSpec],
+        budgets: dict[str, int] | None = None,
+        config: CoreConfig | None = None,
+    ) -> StepDriver:
         names = (f"pod-{i}" for i in itertools.count())
-        core = BrokerCore(pools, BudgetLedger(budgets), new_name=lambda _p: next(names),
-                          config=config or CoreConfig(elastic=None))
+        core = BrokerCore(
+            pools,
+            BudgetLedger(budgets),
+            new_name=lambda _p: next(names),
+            config=config or CoreConfig(elastic=None),
+        )
         return cls(core)
 
     def act(self, actions: Iterable[Action]) -> None:
@@ -88,8 +96,14 @@ class StepDriver:
         self.verdicts.setdefault(ticket.job, []).append(verdict.error_class)
         if verdict.retry:
             reclaimed = verdict.error_class is ErrorCode.RECLAIMED
-            again = Ticket(ticket.job, ticket.caller, ticket.spec, ticket.submitted_at,
-                           ticket.retries + 1, ticket.reclaims + reclaimed)
+            again = Ticket(
+                ticket.job,
+                ticket.caller,
+                ticket.spec,
+                ticket.submitted_at,
+                ticket.retries + 1,
+                ticket.reclaims + reclaimed,
+            )
             self.tickets[ticket.job] = again
             return self.core.verdict_recorded(again, JobState.QUEUED, self.now)
         self.finished[ticket.job] = verdict.state
@@ -106,13 +120,11 @@ class StepDriver:
 
     def ready(self, index: int = 0) -> None:
         if self.starting:
-            self.act(self.core.pod_ready(self.starting.pop(index % len(self.starting)),
-                                         self.now))
+            self.act(self.core.pod_ready(self.starting.pop(index % len(self.starting)), self.now))
 
     def deleted(self, index: int = 0) -> None:
         if self.deleting:
-            self.act(self.core.pod_deleted(self.deleting.pop(index % len(self.deleting)),
-                                           self.now))
+            self.act(self.core.pod_deleted(self.deleting.pop(index % len(self.deleting)), self.now))
 
     def finish(self, index: int = 0, exit_code: int = 0) -> None:
         """One launched attempt exits (with `exit_code`, unless the core stopped it)."""
@@ -124,16 +136,21 @@ class StepDriver:
     def tick(self) -> None:
         self.now += 1.0
 
-    def settle(self, steps: int = 2_000, step_s: float = 5.0,
-               poll: Callable[[], list[Action]] | None = None) -> None:
+    def settle(
+        self,
+        steps: int = 2_000,
+        step_s: float = 5.0,
+        poll: Callable[[], list[Action]] | None = None,
+    ) -> None:
         """Let every pending outcome arrive, and time pass (holds expire or are broken),
         until every job finished and nothing is left to do. `poll` runs every step (a
         capacity source's reading, as the service polls it)."""
         for _ in range(steps):
             if poll is not None:
                 self.act(poll())
-            self.act([*self.core.tick(self.now), Dispatch(),
-                      *(Reconcile(p) for p in self.core.specs)])
+            self.act(
+                [*self.core.tick(self.now), Dispatch(), *(Reconcile(p) for p in self.core.specs)]
+            )
             idle = not (self.starting or self.deleting or self.launched)
             if idle and len(self.finished) == len(self.tickets):
                 return

@@ -36,13 +36,20 @@ class Switch:
 
     def wait_code(self, then: str = "") -> str:
         """Python statements that block until the switch opens, then run `then`."""
-        return ("import time, urllib.request\n"
-                f"while urllib.request.urlopen({self.url!r}).read() != b'go': time.sleep(0.01)\n"
-                + then)
+        return (
+            "import time, urllib.request\n"
+            f"while urllib.request.urlopen({self.url!r}).read() != b'go': time.sleep(0.01)\n" + then
+        )
 
     def job(self, then: str = "", *, first_attempt_only: bool = False) -> list[str]:
         """A command that waits for the switch, then runs `then`; with `first_attempt_only`,
         a retry of the job exits 0 at once (the attempt a test holds is the first one)."""
-        skip = ("import os\nif not os.environ['FIREPOOL_ATTEMPT'].endswith(':0'): raise "
-                "SystemExit(0)\n") if first_attempt_only else ""
+        skip = (
+            (
+                "import os\nif not os.environ['FIREPOOL_ATTEMPT'].endswith(':0'): raise "
+                "SystemExit(0)\n"
+            )
+            if first_attempt_only
+            else ""
+        )
         return [sys.executable, "-c", skip + self.wait_code(then)]

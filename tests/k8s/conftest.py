@@ -94,19 +94,32 @@ def namespace(admin: Rest) -> Iterator[str]:
 
 
 @pytest.fixture
-def broker_kubeconfig(admin: Rest, namespace: str, tmp_path: Path) -> str:
-    """A kubeconfig of the broker's ServiceAccount in `namespace`, bound to the shipped Role."""
-    token = grant_broker_role(admin, namespace)
+def broker_token(admin: Rest, namespace: str) -> str:
+    """A token of the broker's ServiceAccount in `namespace`, bound to the shipped Role."""
+    return grant_broker_role(admin, namespace)
+
+
+@pytest.fixture
+def broker_kubeconfig(admin: Rest, namespace: str, broker_token: str, tmp_path: Path) -> str:
+    """A kubeconfig of the broker's ServiceAccount in `namespace`."""
     configuration = admin.api.configuration
     return str(
         write_kubeconfig(
             tmp_path / "broker.kubeconfig",
             configuration.host,
             Path(configuration.ssl_ca_cert),
-            token=token,
+            token=broker_token,
             namespace=namespace,
         )
     )
+
+
+@pytest.fixture
+def plane(cluster: Cluster) -> ControlPlane:
+    """The suite's own control plane, for tests that restart or compact it."""
+    if cluster.plane is None:
+        pytest.skip("restarts and compacts the suite's own control plane, not a given cluster")
+    return cluster.plane
 
 
 @pytest.fixture

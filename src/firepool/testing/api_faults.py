@@ -9,7 +9,7 @@ so the RBAC test can hold the shipped Role against what the code really does.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ def answers_lost(method: str, path_suffix: str, times: int = 1) -> Iterator[list
             raise ProtocolError("Connection aborted.", ConnectionResetError(104, "reset"))
         return answer
 
-    Rest._send = send  # type: ignore[method-assign]
+    Rest._send = send  # type: ignore[method-assign,assignment]
     try:
         yield lost
     finally:
@@ -59,8 +59,39 @@ def recorded_calls() -> Iterator[list[Call]]:
         calls.append(Call(verb, path, watch=query.get("watch") == "true"))
         return real(self, verb, path, **kw)
 
-    Rest._send = send  # type: ignore[method-assign]
+    Rest._send = send  # type: ignore[method-assign,assignment]
     try:
         yield calls
+    finally:
+        Rest._send = real  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def after_first(
+    method: str, path_suffix: str, action: Callable[[], None], *, with_query: str = ""
+) -> Iterator[list[str]]:
+    """Run `action` once, in the calling thread, right after the first call of `method` on a
+    path ending in `path_suffix` (and with `with_query` among its query names) has its whole
+    answer: e.g. compact etcd between two pages of a list. Yields the paths it ran after."""
+    ran: list[str] = []
+    real = Rest._send
+
+    def send(self: Rest, verb: str, path: str, **kw: Any) -> Any:
+        answer = real(self, verb, path, **kw)
+        names = {name for name, _ in kw.get("query") or []}
+        if (
+            not ran
+            and verb == method
+            and path.endswith(path_suffix)
+            and (not with_query or with_query in names)
+        ):
+            answer.read()  # the answer is in hand before the world changes
+            ran.append(path)
+            action()
+        return answer
+
+    Rest._send = send  # type: ignore[method-assign,assignment]
+    try:
+        yield ran
     finally:
         Rest._send = real  # type: ignore[method-assign]

@@ -12,6 +12,7 @@ Used by `tests/k8s/conftest.py` (one plane per session) and `bench kubernetes`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -23,6 +24,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -108,6 +110,25 @@ class ControlPlane:
         self._halt("kube-apiserver")
         self._start_apiserver()
         self._wait_api()
+
+    def compact_etcd(self) -> int:
+        """Compact etcd at its current revision (as its periodic compaction would, at once):
+        every older resourceVersion is gone, so watches and `continue` tokens from before
+        get 410 Gone. Returns the revision."""
+        status = self._etcd("/v3/maintenance/status", {})
+        revision = int(status["header"]["revision"])
+        self._etcd("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    def _etcd(self, path: str, body: dict[str, object]) -> dict[str, Any]:
+        request = urllib.request.Request(
+            f"{self.etcd_url}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            result: dict[str, Any] = json.loads(answer.read())
+        return result
 
     def __enter__(self) -> ControlPlane:
         return self.start()

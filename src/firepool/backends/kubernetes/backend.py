@@ -155,6 +155,7 @@ class KubernetesBackend(BaseBackend):
                 on_event=self._from_thread(self._on_event),
                 timeout_s=s.watch_timeout_s,
                 resync_s=s.resync_s,
+                page=s.list_page,
                 silence_s=s.watch_silence_s,
             )
             # The first list is ours, so a cluster that refuses it fails start() with a typed

@@ -30,6 +30,12 @@ ListHandler = Callable[[list[dict[str, Any]], str], None]
 EventHandler = Callable[[str, dict[str, Any]], None]
 
 
+#: Failed watches in a row before the next try lists afresh. Connection errors through an API
+#: server restart keep the resourceVersion (a relist of 10,000 pods costs more than a few
+#: retries); a version the server no longer has says so itself, with 410.
+_RELIST_AFTER_FAILURES = 8
+
+
 class Gone(Exception):
     """The watch's resourceVersion is too old (HTTP 410 or an ERROR event with code 410)."""
 
@@ -137,8 +143,8 @@ class PodWatcher:
                 failures += 1
                 delay = backoff_delay(min(failures, 6), 0.2, 10.0, self._rng)
                 log.warning("pod watch failed (%s); retry in %.1fs", error.message, delay)
-                if failures >= 3:
-                    self.version = None  # several failures in a row: start from a fresh list
+                if failures >= _RELIST_AFTER_FAILURES:
+                    self.version = None  # a long outage: start from a fresh list
                 self._stop.wait(delay)
 
     def _watch_once(self) -> None:

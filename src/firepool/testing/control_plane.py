@@ -329,3 +329,36 @@ def running_control_plane() -> Iterator[ControlPlane]:
     plane = ControlPlane(build_binaries())
     with plane:
         yield plane
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m firepool.testing.control_plane`: the tests' cluster, by hand, until Ctrl-C,
+    with the kwok nodes the suite makes (to try the backend or `bench kubernetes` on it)."""
+    import argparse
+
+    from firepool.testing.kwok import ensure_node, kwok_node, rest_for
+
+    parser = argparse.ArgumentParser(prog="python -m firepool.testing.control_plane")
+    parser.add_argument("--kubeconfig", type=Path, default=Path("fp-plane.kubeconfig"),
+                        help="where to copy the admin kubeconfig")  # fmt: skip
+    parser.add_argument("--cpu-nodes", type=int, default=3)
+    parser.add_argument("--gpu-nodes", type=int, default=2, help="8 x nvidia.com/gpu each")
+    args = parser.parse_args(argv)
+    with running_control_plane() as plane:
+        shutil.copyfile(plane.kubeconfig, args.kubeconfig)
+        args.kubeconfig.chmod(0o600)
+        admin = rest_for(str(args.kubeconfig))
+        for i in range(args.cpu_nodes):
+            ensure_node(admin, kwok_node(f"fp-cpu-{i}"))
+        for i in range(args.gpu_nodes):
+            ensure_node(admin, kwok_node(f"fp-gpu-{i}", gpus=8, labels={"accelerator": "H100"}))
+        admin.close()
+        print(f"control plane at {plane.server}; KUBECONFIG={args.kubeconfig}  (Ctrl-C stops)")
+        stops = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # waited for, so the plane is stopped
+        signal.sigwait(stops)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -19,7 +19,9 @@ from firepool.control.recovery import (
 from firepool.control.tracker import Tracker
 from firepool.model import (
     AcquisitionPath,
+    ElasticSpec,
     ErrorCode,
+    JobKind,
     JobSpec,
     JobState,
     PodRole,
@@ -176,6 +178,42 @@ def test_a_lost_attempt_is_judged_like_any_lost_pod_and_respects_max_retries() -
     retry = running_job("k", retries=0, max_retries=2)
     (record,) = core.recovery_lost(retry.ticket, 10.0)
     assert isinstance(record, RecordVerdict) and record.verdict.state is JobState.QUEUED
+
+
+def lost_in_a_restart(ticket: Ticket, core: BrokerCore | None = None) -> tuple[JobState, object]:
+    core = core or BrokerCore([CPU], BudgetLedger(), new_name=lambda pool: "x", config=None)
+    (record,) = core.recovery_lost(ticket, 10.0)
+    assert isinstance(record, RecordVerdict)
+    return record.verdict.state, record.verdict.error_class
+
+
+def test_a_reclaim_before_the_restart_does_not_use_up_a_retry() -> None:
+    """One attempt reclaimed by the capacity's owner (no fault of the job's), the next lost in
+    a restart: one failure of one allowed retry, so the job is queued again, as it is when the
+    same attempt fails with the broker up. It used to count the reclaim too and fail."""
+    spec = JobSpec(pool="cpu", command=["x"], max_retries=1)
+    reclaimed = Ticket("j", "alice", spec, 0.0, retries=1, reclaims=1)
+    assert lost_in_a_restart(reclaimed) == (JobState.QUEUED, ErrorCode.POD_LOST)
+    failed_once = Ticket("j", "alice", spec, 0.0, retries=1, reclaims=0)
+    assert lost_in_a_restart(failed_once) == (JobState.FAILED, ErrorCode.POD_LOST)
+
+
+def test_an_elastic_job_resized_before_the_restart_is_judged_by_its_own_rule() -> None:
+    """An elastic job's resizes are new attempts (`retries`) but no failures. Lost in a
+    restart after two resizes with one retry allowed, it goes back to the rounds; the plain
+    task rule used to count the resizes and fail it."""
+    pool = PoolSpec(name="cpu", max_count=4)
+    core = BrokerCore([pool], BudgetLedger(), new_name=lambda _pool: "x")
+    assert core.elastic is not None  # the default config runs the round policy
+    spec = JobSpec(
+        pool="cpu",
+        command=["x"],
+        max_retries=1,
+        kind=JobKind.ELASTIC,
+        elastic=ElasticSpec(app="cifar10", min_pods=1, max_pods=2),
+    )
+    resized = Ticket("e", "alice", spec, 0.0, retries=2)
+    assert lost_in_a_restart(resized, core) == (JobState.QUEUED, ErrorCode.POD_LOST)
 
 
 def test_standbys_are_not_promoted_until_the_sweep_has_verified_their_gpu() -> None:

@@ -741,10 +741,11 @@ class BrokerCore:
             if pool in self._gen:
                 self._gen[pool] += 1
             actions += self._released(released)
-        verdict = judge(
+        # The one rule every attempt's end goes through: reclaims are no failures, and an
+        # elastic job's resizes are none either (its rounds count its failures).
+        verdict = self._judge(
+            ticket,
             AttemptEnd(pod_lost=True, message="its attempt was lost while the broker was down"),
-            ticket.retries,
-            ticket.spec.max_retries,
         )
         actions.append(RecordVerdict(ticket, verdict))
         return actions

@@ -17,6 +17,7 @@ from firepool.testing.kwok import (
     TEST_CPU_POOL,
     TEST_GPU_NODES,
     TEST_GPU_POOL,
+    agent_container,
     create_ready,
     node_of,
     run_bounded,
@@ -61,7 +62,7 @@ def test_create_watch_delete_at_the_rate_limit(settings: KubernetesSettings) -> 
 
 
 def test_gpu_pods_land_on_gpu_nodes_and_standbys_beside_them(
-    settings: KubernetesSettings,
+    settings: KubernetesSettings, admin: Rest, namespace: str
 ) -> None:
     async def go() -> None:
         backend = KubernetesBackend(settings)
@@ -72,8 +73,8 @@ def test_gpu_pods_land_on_gpu_nodes_and_standbys_beside_them(
             )
             for name in actives:
                 assert node_of(backend, name) in TEST_GPU_NODES
-                limits = backend.cache.pods[name]["spec"]["containers"][0]["resources"]["limits"]
-                assert limits["nvidia.com/gpu"] == "1"
+                container = await asyncio.to_thread(agent_container, admin, namespace, name)
+                assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
             standby = PodCreate(
                 pool=GPU,
                 role=PodRole.STANDBY,
@@ -83,8 +84,8 @@ def test_gpu_pods_land_on_gpu_nodes_and_standbys_beside_them(
             )
             (name,) = await create_ready(backend, standby)
             assert node_of(backend, name) == node_of(backend, actives[0])
-            limits = backend.cache.pods[name]["spec"]["containers"][0]["resources"]["limits"]
-            assert "nvidia.com/gpu" not in limits
+            container = await asyncio.to_thread(agent_container, admin, namespace, name)
+            assert "nvidia.com/gpu" not in container["resources"]["limits"]
             record = await backend.get(name)
             assert record is not None and record.devices == ("GPU-kwok-0",)
             assert record.role is PodRole.STANDBY

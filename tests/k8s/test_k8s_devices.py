@@ -22,7 +22,13 @@ from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore
 from firepool.model import PodRole
 from firepool.service.pods import PodManager
-from firepool.testing.kwok import TEST_GPU_NODES, TEST_GPU_POOL, node_of, run_bounded
+from firepool.testing.kwok import (
+    TEST_GPU_NODES,
+    TEST_GPU_POOL,
+    agent_container,
+    node_of,
+    run_bounded,
+)
 from firepool.testing.kwok_agents import DEVICE_PLUGIN_ENV, PodAgents
 
 pytestmark = pytest.mark.k8s
@@ -34,8 +40,8 @@ def creates(actions: list[Action]) -> list[CreatePod]:
     return [a for a in actions if isinstance(a, CreatePod)]
 
 
-def env_of(backend: KubernetesBackend, name: str) -> dict[str, str]:
-    (container,) = backend.cache.pods[name]["spec"]["containers"]
+def env_of(admin: Rest, namespace: str, name: str) -> dict[str, str]:
+    container = agent_container(admin, namespace, name)
     return {e["name"]: e.get("value", "") for e in container.get("env") or []}
 
 
@@ -69,7 +75,8 @@ def test_a_standby_is_pinned_to_the_card_its_active_pods_agent_reports(
             name = standby.order.pod
             assert node_of(backend, name) == node_of(backend, active.order.pod)
             assert node_of(backend, name) in TEST_GPU_NODES
-            assert env_of(backend, name)[DEVICE_PLUGIN_ENV] == card
+            env = await asyncio.to_thread(env_of, admin, namespace, name)
+            assert env[DEVICE_PLUGIN_ENV] == card
             assert name not in agents.cards  # it asks the device plugin for nothing
             health = await backend.wait_ready(name, timeout=30)
             assert tuple(health.devices) == (card,)  # the standby's agent sees that card

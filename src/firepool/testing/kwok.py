@@ -175,3 +175,11 @@ def phase_of(backend: KubernetesBackend, name: str) -> Phase | None:
 
 def node_of(backend: KubernetesBackend, name: str) -> str:
     return str(backend.cache.pods[name]["spec"].get("nodeName"))
+
+
+def agent_container(admin: Rest, namespace: str, name: str) -> dict[str, Any]:
+    """The pod's one container as the API server holds it (the backend's cache keeps only
+    what it reads: no spec beyond the node)."""
+    pod = admin.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}", "read pod")
+    (container,) = pod["spec"]["containers"]
+    return dict(container)

@@ -53,11 +53,14 @@ class PodAgents:
         while True:
             for name, pod in list(backend.cache.pods.items()):
                 if name not in self.processes and (pod.get("status") or {}).get("podIP"):
-                    await asyncio.to_thread(self.start, pod)
+                    await asyncio.to_thread(self.start, name)
             await asyncio.sleep(period_s)
 
-    def start(self, pod: dict[str, Any]) -> None:
-        name = pod["metadata"]["name"]
+    def start(self, name: str) -> None:
+        """Run the pod's agent as its spec says (read from the server: the backend's cache
+        keeps no container spec)."""
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{name}"
+        pod = self.admin.request("GET", path, "read pod")
         (container,) = pod["spec"]["containers"]
         environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         for item in container.get("env") or []:

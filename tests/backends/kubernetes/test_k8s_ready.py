@@ -12,6 +12,8 @@ import pytest
 from k8s_podjson import pod, running
 
 from firepool.backends.kubernetes import KubernetesBackend, KubernetesSettings
+from firepool.backends.kubernetes.backend import kept_pod
+from firepool.backends.kubernetes.codec import AnnotationCodec
 from firepool.backends.kubernetes.errors import (
     BackendError,
     ImagePullError,
@@ -128,10 +130,14 @@ def test_relist_without_the_pod_means_lost() -> None:
     assert "p" not in backend.cache.pods and "p" in backend.cache.gone
 
 
-def test_foreign_pods_are_not_adopted() -> None:
-    backend = KubernetesBackend(KubernetesSettings())
-    backend._on_list([pod("web-1", labels={"app": "web"}), ours(pod, "p")], "1")
-    assert set(backend.cache.pods) == {"p"}
+def test_foreign_pods_are_not_adopted_and_ours_are_kept_slim() -> None:
+    """What the watch thread keeps of each listed pod, page by page, before the cache."""
+    keep = kept_pod(AnnotationCodec(KubernetesSettings().prefix))
+    mine = ours(pod, "p")
+    mine["metadata"]["managedFields"] = [{"manager": "kwok", "fieldsV1": {"f:status": {}}}]
+    kept = [k for k in map(keep, [pod("web-1", labels={"app": "web"}), mine]) if k is not None]
+    assert [k["metadata"]["name"] for k in kept] == ["p"]
+    assert "managedFields" not in kept[0]["metadata"]
 
 
 def test_a_closed_backend_refuses_calls() -> None:

@@ -41,6 +41,7 @@ from firepool.backends.kubernetes.errors import (
     PodUnschedulableError,
 )
 from firepool.backends.kubernetes.names import check_pool_name
+from firepool.backends.kubernetes.projection import project
 from firepool.backends.kubernetes.ratelimit import TokenBucket, with_retries
 from firepool.backends.kubernetes.records import is_ours, to_record
 from firepool.backends.kubernetes.rest import Rest, load_configuration
@@ -67,10 +68,14 @@ def _ready_error(name: str, seen: Observed, detail: str | None = None) -> Backen
     return PodFailedError(text)
 
 
-def _slim(pod: dict[str, Any]) -> dict[str, Any]:
-    """Drop server-side-apply bookkeeping: a third of a pod's size, never read here."""
-    (pod.get("metadata") or {}).pop("managedFields", None)
-    return pod
+def kept_pod(codec: AnnotationCodec) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
+    """The watch's filter: pods carrying our pool label (the label selector asks the server
+    for them; this decides), projected to what the cache keeps."""
+
+    def keep(pod: dict[str, Any]) -> dict[str, Any] | None:
+        return project(pod) if is_ours(pod, codec) else None
+
+    return keep
 
 
 class KubernetesBackend(BaseBackend):
@@ -157,6 +162,7 @@ class KubernetesBackend(BaseBackend):
                 resync_s=s.resync_s,
                 page=s.list_page,
                 silence_s=s.watch_silence_s,
+                keep=kept_pod(self.codec),
             )
             # The first list is ours, so a cluster that refuses it fails start() with a typed
             # error instead of leaving callers waiting for a watch that never syncs.
@@ -196,12 +202,11 @@ class KubernetesBackend(BaseBackend):
     # ------------------------------------------------------------------ events
 
     def _on_list(self, items: list[dict[str, Any]], version: str) -> None:
-        ours = [_slim(i) for i in items if is_ours(i, self.codec)]
-        for change in self.cache.replace(ours, version):
+        for change in self.cache.replace(items, version):
             self._changed(change)
 
     def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
-        change = self.cache.apply(kind, _slim(obj))
+        change = self.cache.apply(kind, obj)
         if change is not None:
             self._changed(change)
 
@@ -327,7 +332,7 @@ class KubernetesBackend(BaseBackend):
                 with contextlib.suppress(FirepoolError):
                     await self._delete_secret(plan.name)
             raise
-        self.cache.put(_slim(created))
+        self.cache.put(project(created))
         return self._record(created)
 
     async def _create_secret(
@@ -524,7 +529,7 @@ class KubernetesBackend(BaseBackend):
             ),
             paced=True,
         )
-        self.cache.put(_slim(answer))
+        self.cache.put(project(answer))
         return answer
 
     async def annotate(self, name: str, changes: Mapping[str, str | None]) -> PodRecord:

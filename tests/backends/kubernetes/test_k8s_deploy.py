@@ -9,7 +9,8 @@ from typing import Any
 import typer.main
 import yaml
 
-from firepool.backends.kubernetes.settings import load_templates
+from firepool.backends.kubernetes.codec import AnnotationCodec
+from firepool.backends.kubernetes.settings import KubernetesSettings, load_templates
 from firepool.cli.main import app
 from firepool.service.catalog import load_catalog
 
@@ -73,3 +74,38 @@ def test_images_are_pinned_and_non_root() -> None:
         assert froms and all(":" in f and not f.endswith(":latest") for f in froms)
         assert all(f.split(":")[1][0].isdigit() for f in froms), froms
         assert "USER 10001:10001" in text
+
+
+def policies() -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs(DEPLOY / "base" / "networkpolicies.yaml")}
+
+
+def test_pool_pods_talk_only_to_the_broker_on_its_ports() -> None:
+    """The isolating policy selects every pool pod (the backend's pool label), admits the
+    broker's pods (the Deployment's labels) on the agent's port only, and lets pods reach the
+    broker's port and the cluster DNS, nothing else."""
+    settings = KubernetesSettings()
+    isolated = policies()["firepool-pods-isolated"]["spec"]
+    (selects,) = isolated["podSelector"]["matchExpressions"]
+    assert selects == {"key": AnnotationCodec(settings.prefix).own("pool"), "operator": "Exists"}
+    assert set(isolated["policyTypes"]) == {"Ingress", "Egress"}
+    (deployment,) = docs(DEPLOY / "base" / "deployment.yaml")
+    broker = deployment["spec"]["template"]["metadata"]["labels"]
+    (ingress,) = isolated["ingress"]
+    assert ingress["from"] == [{"podSelector": {"matchLabels": broker}}]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": settings.agent_port}]
+    to_broker, to_dns = isolated["egress"]
+    (served,) = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert to_broker["to"] == [{"podSelector": {"matchLabels": broker}}]
+    assert to_broker["ports"] == [{"protocol": "TCP", "port": served["containerPort"]}]
+    assert {p["port"] for p in to_dns["ports"]} == {53}
+
+
+def test_egress_reaches_no_private_or_link_local_address() -> None:
+    egress = policies()["firepool-pods-egress"]["spec"]
+    assert egress["policyTypes"] == ["Egress"] and "ingress" not in egress
+    blocks = [peer["ipBlock"] for rule in egress["egress"] for peer in rule["to"]]
+    refused = {cidr for block in blocks for cidr in block["except"]}
+    assert {b["cidr"] for b in blocks} == {"0.0.0.0/0", "::/0"}
+    assert {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"} <= refused
+    assert {"fc00::/7", "fe80::/10"} <= refused

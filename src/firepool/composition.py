@@ -54,6 +54,7 @@ def build_backend(
     faults: Sequence[str] = (),
     kubernetes: KubernetesSettings | None = None,
     local_images: dict[str, str] | None = None,
+    network_namespace: bool = True,
 ) -> PodBackend:
     """The one place that chooses the pod backend (`firepool serve --backend`).
 
@@ -72,6 +73,7 @@ def build_backend(
         faults=faults,
         broker_silence_s="keep-alive",  # a broker that never comes back leaves nothing running
         images=local_images,
+        network_namespace=network_namespace,
     )
 
 
@@ -130,8 +132,11 @@ class EmbeddedBroker:
         kubernetes: KubernetesSettings | None = None,
         capacity: CapacitySource | None = None,
         advertise_url: str | None = None,
+        network_namespace: bool = True,
     ) -> None:
         self.data_dir = Path(data_dir)
+        #: Local pods' own network namespaces (False: the host's network, for measuring them).
+        self.network_namespace = network_namespace
         self.capacity = capacity
         self.store_url = store_url
         self.store_options = dict(store_options or {})
@@ -167,6 +172,7 @@ class EmbeddedBroker:
             faults=self.faults,
             kubernetes=self.kubernetes,
             local_images=self.catalog.local_images if self.catalog is not None else None,
+            network_namespace=self.network_namespace,
         )
         # Refused before anything listens: a cluster's pods must be able to call back.
         agents_url(

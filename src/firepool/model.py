@@ -98,6 +98,19 @@ class LeaseTagMode(StrEnum):
     HINT = "hint"
 
 
+class NetworkAccess(StrEnum):
+    """What a pool's jobs may reach over the network (the pod's namespace, agent/netns.py)."""
+
+    #: Their own loopback only.
+    NONE = "none"
+    #: Public addresses too, through a NAT; never the host, its neighbours or private ranges.
+    EGRESS = "egress"
+    #: No network isolation: pods reach each other and whatever the host's network reaches
+    #: (local pods share the host's; on Kubernetes the pod-isolating NetworkPolicy skips them).
+    #: What a gang spanning pods needs: its ranks rendezvous over TCP.
+    HOST = "host"
+
+
 class Topology(StrEnum):
     NONE = "none"
     TORCHRUN = "torchrun"
@@ -365,6 +378,8 @@ class PoolSpec(StrictModel):
     #: (`repo@sha256:...`) or repository prefixes (`registry/team/trainer` admits that
     #: repository at any tag or digest and every repository below it). Empty: none.
     allowed_images: tuple[str, ...] = ()
+    #: What its jobs may reach over the network (loopback only by default).
+    network: NetworkAccess = NetworkAccess.NONE
 
     @model_validator(mode="wrap")
     @classmethod
@@ -716,6 +731,7 @@ class PodInfo:
     isolation: str = ""
     image: str | None = None  # a custom image; None: the pool's own
     pid_namespace: bool | None = None
+    network: str = ""
 
 
 @dataclass(frozen=True, slots=True)

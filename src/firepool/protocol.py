@@ -297,6 +297,20 @@ class IsolationMode(StrEnum):
     WEAK = "weak"
 
 
+class PodNetwork(StrEnum):
+    """What network a pod's jobs get (see agent/netns.py). A pool asks for `none` or `egress`;
+    `host` is what a pod without a network namespace of its own has (weak mode, or a backend
+    with namespaces switched off): no network isolation at all."""
+
+    #: A namespace of its own with only its loopback: nothing outside the pod is reachable.
+    NONE = "none"
+    #: Its own namespace plus a user-space NAT to public addresses (agent/egress.py); the
+    #: host's loopback, its addresses and private ranges stay unreachable.
+    EGRESS = "egress"
+    #: The host's network, shared with every process of the host.
+    HOST = "host"
+
+
 class MemoryLimitMode(StrEnum):
     CGROUP2 = "cgroup2"
     CGROUP1 = "cgroup1"
@@ -314,6 +328,7 @@ class Health(StrictModel):
     dirty: bool = False
     unclean_reason: str | None = None
     isolation: IsolationMode
+    network: PodNetwork = PodNetwork.HOST
     memory_limit: MemoryLimitMode
     process_tracking: list[str] = Field(default_factory=list)
     warm_modules: list[str] = Field(default_factory=list)
@@ -371,6 +386,9 @@ class AgentConfig(StrictModel):
     port: int = 0
     callback_url: str | None = None
     isolation: IsolationMode = IsolationMode.WEAK
+    #: The network the pool asks for; `host` when the backend gives no namespace. A private
+    #: pod whose namespace cannot be made reports `host` in its health.
+    network: PodNetwork = PodNetwork.HOST
     preload_modules: tuple[str, ...] = ()
     memory_limit_mib: int | None = None
     #: Size cap of the workspace tmpfs (private mode only; its pages count as pod memory).
@@ -410,6 +428,10 @@ class AgentConfig(StrictModel):
     cpu_quota: Annotated[float, Field(gt=0)] | None = None
     pids_max: Annotated[int, Field(ge=16)] | None = None
     nofile: Annotated[int, Field(ge=64)] | None = None
+
+
+#: A `FIREPOOL_URL` naming a unix socket: a pod's relay to its broker (agent/broker_relay.py).
+UNIX_URL_PREFIX = "unix:"
 
 
 class JobEnv:

@@ -73,6 +73,7 @@ def test_suggestions_inside_nested_objects_and_query_strings(api: Api) -> None:
         ({**JOB, "env": {"MASTER_ADDR": "evil"}}, "ForbiddenEnv", "env.MASTER_ADDR"),
         ({**JOB, "pool": "tpu"}, "UnknownPool", "pool"),
         ({**JOB, "pods": 5}, "ValidationError", "pods"),
+        ({**JOB, "pods": 2}, "ValidationError", "pods"),  # a gang on an isolating pool
         ({**JOB, "package": "sha256:" + "0" * 64}, "ValidationError", "package"),
         ({**JOB, "package": "md5:abc"}, "ValidationError", "package"),
     ],

@@ -14,6 +14,7 @@ import yaml
 from firepool.backends.base import PodCreate
 from firepool.backends.kubernetes import KubernetesBackend, KubernetesSettings
 from firepool.backends.kubernetes.rest import Rest
+from firepool.model import NetworkAccess
 from firepool.testing.kwok import TEST_CPU_POOL, create_ready, run_bounded
 
 pytestmark = pytest.mark.k8s
@@ -26,8 +27,11 @@ def selector(spec: dict[str, Any]) -> str:
     picked = spec["podSelector"]
     terms = [f"{k}={v}" for k, v in (picked.get("matchLabels") or {}).items()]
     for expression in picked.get("matchExpressions") or []:
-        assert expression["operator"] == "Exists", expression
-        terms.append(expression["key"])
+        if expression["operator"] == "Exists":
+            terms.append(expression["key"])
+        else:
+            assert expression["operator"] == "NotIn", expression
+            terms.append(f"{expression['key']} notin ({','.join(expression['values'])})")
     return ",".join(terms)
 
 
@@ -44,13 +48,31 @@ def test_the_policies_are_admitted_and_select_the_backends_pods(
         backend = KubernetesBackend(settings)
         try:
             await backend.start()
-            (name,) = await create_ready(backend, PodCreate(pool=TEST_CPU_POOL, name="np"))
-            isolated = next(p for p in shipped if p["metadata"]["name"].endswith("isolated"))
-            query = [("labelSelector", selector(isolated["spec"]))]
-            listed = await asyncio.to_thread(
-                admin.request, "GET", f"/api/v1/namespaces/{namespace}/pods", "list", query=query
-            )
-            assert name in {p["metadata"]["name"] for p in listed["items"]}
+            made = {}
+            for network in NetworkAccess:
+                pool = TEST_CPU_POOL.model_copy(update={"network": network})
+                (made[network],) = await create_ready(
+                    backend, PodCreate(pool=pool, name=f"np-{network.value}")
+                )
+            by_name = {p["metadata"]["name"]: p for p in shipped}
+
+            async def picked(policy: str) -> set[NetworkAccess]:
+                query = [("labelSelector", selector(by_name[policy]["spec"]))]
+                listed = await asyncio.to_thread(
+                    admin.request,
+                    "GET",
+                    f"/api/v1/namespaces/{namespace}/pods",
+                    "list",
+                    query=query,
+                )
+                names = {p["metadata"]["name"] for p in listed["items"]}
+                return {network for network, name in made.items() if name in names}
+
+            assert await picked("firepool-pods-isolated") == {
+                NetworkAccess.NONE,
+                NetworkAccess.EGRESS,
+            }
+            assert await picked("firepool-pods-egress") == {NetworkAccess.EGRESS}
         finally:
             await backend.delete_all()
             await backend.close()

@@ -103,6 +103,7 @@ def test_a_partitioned_agent_loses_its_attempt_and_the_old_attempt_never_comes_b
 PARTITION_POOL = """
 [[pools]]
 name = "cpu"
+network = "host"  # its jobs report to the test over the host\'s loopback
 min_count = 1
 max_count = 2
 idle_timeout = 30.0

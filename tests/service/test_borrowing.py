@@ -27,7 +27,9 @@ from firepool.testing.service import BrokerThread, running_broker, submit, wait_
 from firepool.testing.switch import Switch
 from firepool.testing.waiting import wait_until
 
-GPU = PoolSpec(name="gpu", accelerator="fake", accelerators_per_pod=1, min_count=2,
+# network host: its jobs wait on a loopback switch (firepool.testing.switch)
+GPU = PoolSpec(name="gpu", network="host", accelerator="fake", accelerators_per_pod=1,
+               min_count=2,
                max_idle_count=2, max_count=2, caller_hold_seconds=600.0, idle_timeout=600.0,
                memory_mib_per_pod=512, step=2)
 

@@ -47,6 +47,7 @@ def slots(count: int = 2) -> Catalog:
         idle_timeout=60.0,
         memory_mib_per_pod=512,
         step=count,
+        network="host",  # a job's ranks rendezvous over TCP between pods
     )
     return Catalog((pool,), {"cpu": count})
 

@@ -18,7 +18,9 @@ from firepool.service.catalog import Catalog
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
 from firepool.testing.switch import Switch
 
-POOL = PoolSpec(name="cpu", min_count=2, max_idle_count=2, max_count=2, idle_timeout=120.0,
+# network host: a gang's ranks rendezvous over TCP between their pods
+POOL = PoolSpec(name="cpu", network="host",
+                min_count=2, max_idle_count=2, max_count=2, idle_timeout=120.0,
                 caller_hold_seconds=0.0, memory_mib_per_pod=256, step=2)
 
 

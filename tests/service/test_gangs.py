@@ -17,7 +17,9 @@ from firepool.testing.service import BrokerThread, run, running_broker
 
 pytest.importorskip("torch")
 
-POOL = PoolSpec(name="cpu", min_count=2, max_idle_count=2, max_count=2, idle_timeout=120.0,
+# network host: a gang's ranks rendezvous over TCP between their pods
+POOL = PoolSpec(name="cpu", network="host",
+                min_count=2, max_idle_count=2, max_count=2, idle_timeout=120.0,
                 memory_mib_per_pod=1024, step=2)
 
 ALL_REDUCE = """

@@ -27,7 +27,9 @@ except ImportError:  # pragma: no cover - CI installs the extra
         raise
     pytest.skip("the [ray] extra is not installed", allow_module_level=True)
 
-POOL = PoolSpec(name="cpu", min_count=3, max_idle_count=3, max_count=3, idle_timeout=600.0,
+# network host: a gang's ranks rendezvous over TCP between their pods
+POOL = PoolSpec(name="cpu", network="host",
+                min_count=3, max_idle_count=3, max_count=3, idle_timeout=600.0,
                 memory_mib_per_pod=2048, step=3)
 
 DRIVER = """

@@ -33,6 +33,7 @@ pytestmark = pytest.mark.timeout(300)
 CATALOG = """
 [[pools]]
 name = "cpu"
+network = "host"  # the gang's ranks rendezvous over TCP
 min_count = 2
 max_count = 4
 idle_timeout = 300.0

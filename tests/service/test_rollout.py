@@ -20,7 +20,9 @@ from firepool.testing.service import BrokerThread, running_broker, submit, wait_
 from firepool.testing.switch import Switch
 from firepool.testing.waiting import wait_until
 
-POOL = PoolSpec(name="cpu", min_count=2, max_idle_count=2, max_count=3, idle_timeout=600.0,
+# network host: its jobs wait on a loopback switch (firepool.testing.switch)
+POOL = PoolSpec(name="cpu", network="host", min_count=2,
+                max_idle_count=2, max_count=3, idle_timeout=600.0,
                 caller_hold_seconds=600.0, memory_mib_per_pod=512, step=3)
 CONFIG = BrokerConfig(reconcile_s=2.0, exit_poll_s=0.5)
 

@@ -23,6 +23,7 @@ from firepool.testing.switch import Switch
 
 GPU = PoolSpec(
     name="gpu",
+    network="host",  # its jobs wait on a loopback switch and hold a host port on the card
     accelerator="fake",
     accelerators_per_pod=1,
     min_count=1,

@@ -32,7 +32,9 @@ FAST = BrokerConfig(dispatch_tick_s=1.0, reconcile_s=1.0, hold_tick_s=0.2, exit_
 #: One pod: a job queued behind the running one is dispatched, and its start committed, only
 #: once the running one has ended, which happens during the outage.
 CATALOG = Catalog(
-    (PoolSpec(name="cpu", min_count=1, max_idle_count=1, max_count=1, memory_mib_per_pod=512),),
+    # network host: its jobs report to the test over the host's loopback
+    (PoolSpec(name="cpu", network="host", min_count=1,
+              max_idle_count=1, max_count=1, memory_mib_per_pod=512),),
     {"cpu": 4},
 )
 

@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from firepool.agent.layout import RESOLV_FILE
 from firepool.agent.zygote import set_subreaper, start_process
 
 #: Where `--config-env` finds the agent's secret (see backends/kubernetes/spec.py).
@@ -66,8 +67,15 @@ def main(argv: list[str]) -> int:
     # The warm interpreter starts now and imports its modules while we import pydantic: the
     # two start-ups overlap. Mounts made below are still seen by it (same mount namespace).
     # Private pods get a PID namespace whose init is the zygote (see pidns.py).
+    # And a network namespace of their own, unless the backend gives them the host's (netns.py).
     own_pids = raw.get("isolation", "weak") != "weak" and os.geteuid() == 0
-    zygote = start_process(list(raw.get("preload_modules", ())), pid_namespace=own_pids)
+    network = raw.get("network", "host")
+    zygote = start_process(
+        list(raw.get("preload_modules", ())),
+        pid_namespace=own_pids,
+        net_namespace=own_pids and network != "host",
+        resolv_conf=str(Path(raw["pod_dir"]) / RESOLV_FILE) if network == "egress" else None,
+    )
     if args.config_env:
         _hide_environment()
     from firepool.agent.runtime import Agent

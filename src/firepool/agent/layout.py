@@ -7,6 +7,7 @@
                          each made when first written: absent means empty
     <pod_dir>/site       requirements installed for this pod       (kept: owner-only reuse)
     <pod_dir>/cache      verified package archives                 (kept: read-only cache)
+    <pod_dir>/resolv.conf an egress pod's resolver, jobs' /etc/resolv.conf (written by the agent)
 
 Files the backend writes (state.json, agent.json, agent.log) sit beside these and are never
 visible as the job's workspace.
@@ -17,6 +18,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+#: An egress pod's resolver configuration (agent/egress.py), under the pod directory.
+RESOLV_FILE = "resolv.conf"
 
 
 def safe_name(attempt: str) -> str:
@@ -50,6 +54,10 @@ class PodLayout:
     @property
     def cache(self) -> Path:
         return self.root / "cache"
+
+    @property
+    def resolv_conf(self) -> Path:
+        return self.root / RESOLV_FILE
 
     @property
     def package_cache(self) -> Path:

@@ -24,9 +24,12 @@ import os
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWPID = 0x20000000
+MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 
@@ -89,14 +92,20 @@ def _mount(
     _check(_libc.mount(source, target, fstype, flags, data), f"mount {target.decode()}")
 
 
-def give_job_own_proc() -> None:
+def give_job_own_proc(resolv_conf: str | None = None) -> None:
     """In the job's child, still root: a mount namespace of its own (a copy of the pod's, at
     launch, when the agent has finished changing it) whose /proc is the PID namespace's, with
     `hidepid=invisible` (the zygote, root, stays hidden). Made private first, so the new /proc
-    can never propagate back to the agent, whose /proc must stay the host's."""
+    can never propagate back to the agent, whose /proc must stay the host's. `resolv_conf`
+    is bound read-only over /etc/resolv.conf here (an egress pod's resolver), where the agent's
+    installers, in the host's network, keep the host's."""
     _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(None, b"/", None, MS_REC | MS_PRIVATE, None)
     _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"hidepid=invisible")
+    target = os.path.realpath("/etc/resolv.conf").encode()
+    if resolv_conf and os.path.isfile(target):
+        _mount(resolv_conf.encode(), target, None, MS_BIND, None)
+        _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
 
 
 def can_give_own_proc() -> bool:

@@ -24,6 +24,8 @@ directories (/tmp, /var/tmp, /dev/shm...) is removed and checked gone.
 Kernel objects. SysV shared memory, semaphores and message queues, and POSIX message queues,
 are removed (all of them in the pod's own IPC namespace; in weak mode those the pod's uid owns
 or created) and checked gone. POSIX shared memory is a file in /dev/shm, wiped with the files.
+No socket may be left: in the pod's own network namespace none at all that a descriptor holds
+(a listener or a connection), in the host's none of the job uid's.
 The set of mount points must be the one the agent set up (a leftover mount means something
 escaped our accounting), and the warm interpreter must still run only the threads it had.
 """
@@ -38,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from firepool.agent import isolation, procfs
+from firepool.agent import isolation, netns, procfs
 from firepool.agent.cgroups import PodCgroups
 from firepool.agent.isolation import Scratch
 from firepool.protocol import ResetResult
@@ -71,6 +73,13 @@ class ResetContext:
     mqueues: int | None = None
     #: Every job process is in the pod's PID namespace and in `cgroups` (see module docstring).
     pids_confined: bool = False
+    #: The pod's own helpers that outlive attempts (an egress pod's NAT): never killed.
+    services: frozenset[int] = frozenset()
+    #: The `/proc/<pid>/net` of the namespace the jobs' sockets live in, and whose sockets
+    #: count: None every socket there (the pod's own namespace), else only the job uid's (the
+    #: host's, shared with everyone). None: not checked (jobs run as the agent's own user).
+    net_dir: str | None = None
+    sockets_uid: int | None = None
 
 
 #: How much longer the `slow-reset` test hook makes each reset.
@@ -82,7 +91,7 @@ _PROCS = procfs.StatReader()
 
 def _tree(ctx: ResetContext, procs: dict[int, procfs.Proc], members: set[int]) -> set[int]:
     targets = procfs.descendants(procs, [ctx.agent_pid]) | members
-    return targets - ctx.keep_pids - {ctx.agent_pid}
+    return targets - ctx.keep_pids - ctx.services - {ctx.agent_pid}
 
 
 def _snapshot(ctx: ResetContext, members: set[int]) -> dict[int, procfs.Proc]:
@@ -104,7 +113,7 @@ def _reap_own_zombies(ctx: ResetContext, procs: dict[int, procfs.Proc]) -> None:
 def _kill_confined(ctx: ResetContext, killed: set[int], deadline: float) -> None:
     """Killing rounds over the cgroup's members alone, until none is alive or time is up."""
     pause = 0.0005
-    spared = ctx.keep_pids | {ctx.agent_pid}
+    spared = ctx.keep_pids | ctx.services | {ctx.agent_pid}
     while True:
         live = [
             pid
@@ -155,7 +164,7 @@ def escaped_processes(
 ) -> list[int]:
     """Processes outside the pod's tree (`_tree` of the same snapshot, as the killing rounds
     last found it) that still carry the pod's marker."""
-    ours = tree | ctx.keep_pids | {ctx.agent_pid}
+    ours = tree | ctx.keep_pids | ctx.services | {ctx.agent_pid}
     return [
         p.pid
         for p in procs.values()
@@ -266,6 +275,19 @@ def _kernel_objects(ctx: ResetContext) -> list[str]:
     return problems
 
 
+def socket_problems(net_dir: str | None, uid: int | None) -> list[str]:
+    """A socket still held once every job process is gone means one escaped the kill rounds
+    (or the kernel keeps one for a process we did not see): the pod is not clean. Arguments
+    as ResetContext's `net_dir` and `sockets_uid`."""
+    if net_dir is None:
+        return []
+    try:
+        held = netns.held_sockets(net_dir, uid)
+    except OSError as exc:
+        return [f"cannot list the pod's sockets: {exc}"]
+    return ["sockets left open: " + ", ".join(held[:5])] if held else []
+
+
 def verified_reset(ctx: ResetContext) -> ResetResult:
     start = time.perf_counter()
     steps = ctx.steps_ms
@@ -315,6 +337,8 @@ def verified_reset(ctx: ResetContext) -> ResetResult:
         problems += _restore_owned(ctx)
         problems += _kernel_objects(ctx)
         t = lap("objects", t)
+        problems += socket_problems(ctx.net_dir, ctx.sockets_uid)
+        t = lap("sockets", t)
     if "verify" in ctx.faults:
         problems.append("injected verification failure (test hook)")
     if "die-in-reset" in ctx.faults:  # test hook: the agent dies before it can answer

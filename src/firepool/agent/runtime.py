@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from firepool.agent import deps, fetch, isolation, pidns, procfs, ray_node, unpack
+from firepool.agent import deps, egress, fetch, isolation, netns, pidns, procfs, ray_node, unpack
+from firepool.agent.broker_relay import BrokerRelay
 from firepool.agent.cgroups import PodCgroups
 from firepool.agent.deadlines import Deadline, Deadlines
 from firepool.agent.entry import python_entry
@@ -55,6 +56,7 @@ from firepool.protocol import (
     LogAck,
     LogAckResult,
     MemoryLimitMode,
+    PodNetwork,
     RayEnv,
     ResetResult,
     StopReason,
@@ -172,7 +174,35 @@ class Agent:
         #: Jobs live in the pod's PID namespace (the zygote is its init); each gets a /proc of
         #: it (in a private copy of the pod's mounts) where the zygote found that possible.
         self.pids_private = pidns.same_namespace(self.zygote.pid, self.pid) is False
+        self.network = self._network()
+        self.egress = self._start_egress() if self.network is PodNetwork.EGRESS else None
+        isolated = self.network is not PodNetwork.HOST
+        self.relay = BrokerRelay(self.layout.root / "broker.sock") if isolated else None
         self.zygote.prefork(self.pids_private)
+
+    def _network(self) -> PodNetwork:
+        """What the jobs got: the zygote's namespace is theirs (see netns.py)."""
+        wanted = self.config.network
+        if netns.same_namespace(self.zygote.pid, self.pid) is False:
+            return wanted if wanted is not PodNetwork.HOST else PodNetwork.NONE
+        if wanted is not PodNetwork.HOST:
+            log.warning("no network namespace for the pod: its jobs share the host's network")
+        return PodNetwork.HOST
+
+    def _start_egress(self) -> egress.Egress:
+        """The NAT and its rules, and the resolver jobs see, before the first job can run."""
+        resolv = self.layout.resolv_conf
+        resolv.write_text(egress.resolv_conf())
+        resolv.chmod(0o644)
+        return egress.start(self.zygote.pid, self.layout.root / "egress.log")
+
+    def _socket_scope(self) -> tuple[str | None, int | None]:
+        """Where reset looks for sockets left open, and whose count (see ResetContext)."""
+        if self.network is not PodNetwork.HOST:
+            return f"/proc/{self.zygote.pid}/net", None
+        if self.job_user is not None and self.job_user[0] != 0:
+            return "/proc/self/net", self.job_user[0]
+        return None, None
 
     def _pids_confined(self) -> bool:
         """Whether reset may list the pod's processes from its cgroup alone: every job process
@@ -224,6 +254,7 @@ class Agent:
                 dirty=self.dirty,
                 unclean_reason=self.unclean_reason,
                 isolation=self.scratch.mode,
+                network=self.network,
                 memory_limit=self.cgroups.mode,
                 process_tracking=self.cgroups.tracking,
                 warm_modules=self.zygote.modules,
@@ -396,6 +427,10 @@ class Agent:
         env.update(cfg.extra_env)
         env.update(req.env)
         env.update(req.topology_env)
+        if self.relay is not None:  # the broker is out of the job's reach: relay its reports
+            self.relay.relay_for(env.get(JobEnv.URL))
+            if JobEnv.URL in env:
+                env[JobEnv.URL] = self.relay.url
         return env
 
     # ------------------------------------------------------------------ exit
@@ -576,6 +611,7 @@ class Agent:
                 cur.timer.cancel()
             if cur is not None and cur.exit is None:
                 cur.stop_reason = cur.stop_reason or StopReason.STOP
+            net_dir, sockets_uid = self._socket_scope()
             ctx = ResetContext(
                 agent_pid=self.pid,
                 keep_pids={self.zygote.pid},
@@ -603,6 +639,9 @@ class Agent:
                 detach=self._detach_attempt,
                 mqueues=self.mqueues,
                 pids_confined=self._pids_confined(),
+                services=frozenset({self.egress.proc.pid} if self.egress else ()),
+                net_dir=net_dir,
+                sockets_uid=sockets_uid,
             )
             result = verified_reset(ctx)
             if unacked:
@@ -733,6 +772,10 @@ class Agent:
                 break
             time.sleep(0.01)
         self.zygote.close()
+        if self.egress is not None:
+            self.egress.close()
+        if self.relay is not None:
+            self.relay.close()
         self.events.close()
         self.cgroups.remove()
 

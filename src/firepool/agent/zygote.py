@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from firepool.agent import pidns
+from firepool.agent import netns, pidns
 from firepool.agent.entry import python_entry, sys_argv_for
 
 #: Room for the descriptors of one sendmsg (the kernel ends a read after a message carrying
@@ -98,18 +98,28 @@ def preload(modules: list[str]) -> tuple[list[str], dict[str, str]]:
 
 
 def start_process(
-    preload: Sequence[str], pid_namespace: bool = False
+    preload: Sequence[str],
+    pid_namespace: bool = False,
+    net_namespace: bool = False,
+    resolv_conf: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], socket.socket]:
     """Start a zygote; returns it and our end of its socketpair. Stdlib only, so the agent can
     call it before importing anything heavy and let both start-ups overlap. With
-    `pid_namespace`, the zygote is the init of a new PID namespace where the host permits one
-    (the agent checks which it got: `pidns.same_namespace`)."""
-    ours, theirs = socket.socketpair()
+    `pid_namespace`, the zygote is the init of a new PID namespace where the host permits one,
+    with `net_namespace` it lives in a network namespace of its own (the agent checks which it
+    got: `pidns.same_namespace`, `netns.same_namespace`). Jobs given their own /proc see
+    `resolv_conf` as /etc/resolv.conf (an egress pod's resolver)."""
+    ours, theirs = socket.socketpair()  # made in the host's namespace: the agent's end stays
     argv = [sys.executable, "-m", "firepool.agent.zygote", str(theirs.fileno()), ",".join(preload)]
+    if resolv_conf:
+        argv.append(resolv_conf)
     own = pidns.new_namespace_for_children() if pid_namespace else None
+    net = netns.enter_new() if net_namespace else None
     try:
         proc = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
     finally:
+        if net is not None:
+            netns.leave(net)
         if own is not None:
             pidns.back_to(own)
     theirs.close()
@@ -119,11 +129,15 @@ def start_process(
 # --------------------------------------------------------------------------- in the child
 
 
+#: The resolver file jobs see as /etc/resolv.conf (an egress pod's; see `start_process`).
+RESOLV_CONF: str | None = None
+
+
 def _child_prepare(own_proc: bool, cgroups: list[str]) -> None:
     """The part of a child's set-up that no request changes: a spare does it ahead of time."""
     os.setsid()
     if own_proc:
-        pidns.give_job_own_proc()
+        pidns.give_job_own_proc(RESOLV_CONF)
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -532,6 +546,8 @@ class Zygote:
 def main(argv: list[str]) -> int:
     fd = int(argv[0])
     modules = [m for m in argv[1].split(",") if m] if len(argv) > 1 else []
+    global RESOLV_CONF
+    RESOLV_CONF = argv[2] if len(argv) > 2 else None
     sock = socket.socket(fileno=fd)
     os.chdir("/")  # never pin the pod directory's mount: the agent replaces mounts under it
     set_subreaper()

@@ -175,6 +175,9 @@ class PodView(StrictModel):
     image: str | None = None
     #: Whether its jobs run in a PID namespace of their own; None if unknown.
     pid_namespace: bool | None = None
+    #: What its jobs reach over the network: `none` (their own loopback), `egress` (public
+    #: addresses too) or `host` (the host's network: no network isolation); None if unknown.
+    network: str | None = None
 
 
 class PodList(StrictModel):

@@ -71,6 +71,9 @@ class PodRecord(StrictModel):
     template_version: int = 1
     pid: int = 0
     isolation: str = ""
+    #: What its jobs reach over the network (`none`, `egress`, `host`: see PodNetwork);
+    #: "" when not known.
+    network: str = ""
     #: Whether the pod's jobs run in a PID namespace of their own (None: not known yet).
     pid_namespace: bool | None = None
     annotations: dict[str, str] = Field(default_factory=dict)

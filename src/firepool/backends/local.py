@@ -49,8 +49,15 @@ from firepool.backends.base import BackendCapabilities, BaseBackend, PodCreate, 
 from firepool.backends.gpus import discover
 from firepool.backends.gpus import fake_devices as make_fake_devices
 from firepool.backends.pod_state import PodStateFiles
-from firepool.model import ConfigError, PodRole, PoolSpec, UnavailableError, image_repository
-from firepool.protocol import AgentConfig, Health, IsolationMode
+from firepool.model import (
+    ConfigError,
+    NetworkAccess,
+    PodRole,
+    PoolSpec,
+    UnavailableError,
+    image_repository,
+)
+from firepool.protocol import AgentConfig, Health, IsolationMode, PodNetwork
 
 log = logging.getLogger("firepool.backends.local")
 
@@ -82,6 +89,17 @@ def probe_unshare() -> tuple[str, ...] | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return _UNSHARE if ok.returncode == 0 else None
+
+
+def probe_netns() -> bool:
+    """Whether this host gives a process a network namespace of its own (agent/netns.py)."""
+    try:
+        ok = subprocess.run(
+            ["unshare", "--net", "true"], capture_output=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return ok.returncode == 0
 
 
 def _uid_in_passwd(uid: int) -> bool:
@@ -117,6 +135,7 @@ class LocalBackend(BaseBackend):
         broker_silence_s: float | Literal["keep-alive"] | None = None,
         images: Mapping[str, str | os.PathLike[str]] | None = None,
         max_output_bytes: int = DEFAULT_MAX_BYTES,
+        network_namespace: bool = True,
     ) -> None:
         """`volumes` maps a per-pod volume name to whether reset wipes it (True) or keeps it as
         a cache (False); each is `<pod>/volumes/<name>`, exported to jobs as
@@ -133,7 +152,10 @@ class LocalBackend(BaseBackend):
         directory (a virtual environment, or any prefix with `bin/python` that can run
         `firepool.agent`); a custom-image pod's agent, and so its jobs, run on that
         interpreter. A pod keeps at most `max_output_bytes` of each stream of an attempt
-        (`agent.output`)."""
+        (`agent.output`). In private mode each pod's jobs get a network namespace of their
+        own (loopback only, or the pool's `egress`); `network_namespace=False` gives them the
+        host's network instead (no network isolation: for measuring what the namespace
+        costs, and for hosts that refuse one)."""
         if uid_base < 1000 or uid_count < 1 or uid_base + uid_count > 2**32 - 2:
             raise ConfigError(
                 f"uid range {uid_base}+{uid_count} must lie in 1000 .. 2^32-2", field="uid_base"
@@ -207,8 +229,19 @@ class LocalBackend(BaseBackend):
                     "private pod isolation needs root and mount/IPC namespaces (unshare)",
                     field="isolation",
                 )
+        self._netns = False
+        if self._unshare is not None and network_namespace:
+            self._netns = probe_netns()
+            if not self._netns and isolation == "private":
+                raise ConfigError(
+                    "private pod isolation needs network namespaces (unshare --net); pass "
+                    "network_namespace=False to share the host's network",
+                    field="network_namespace",
+                )
+            if not self._netns:
+                log.warning("no network namespaces here: pods share the host's network")
         mode = (
-            "private (mount+IPC namespaces, per-pod uid)"
+            "private (mount+IPC" + ("+network" if self._netns else "") + " namespaces, per-pod uid)"
             if self._unshare
             else "weak (shared /tmp, /var/tmp, /dev/shm, IPC)"
         )
@@ -397,6 +430,12 @@ class LocalBackend(BaseBackend):
     ) -> PodRecord:
         pool = req.pool
         python = self.python
+        if self._netns and pool.network is NetworkAccess.EGRESS and not shutil.which("slirp4netns"):
+            raise ConfigError(  # checked first, like the image: a refusal leaves nothing behind
+                f"pool {pool.name}: network egress needs slirp4netns (Debian package "
+                "slirp4netns) on this host",
+                field="network",
+            )
         if req.image is not None:  # resolved first: an unknown image leaves nothing behind
             python = str(self.environment(req.image) / "bin" / "python")
         pod_dir = self.root / name
@@ -420,6 +459,7 @@ class LocalBackend(BaseBackend):
             marker=marker,
             callback_url=req.callback_url,
             isolation=self.isolation,
+            network=PodNetwork(pool.network.value) if self._netns else PodNetwork.HOST,
             preload_modules=pool.preload_modules,
             memory_limit_mib=pool.memory_mib_per_pod or None,
             devices=devices,
@@ -489,6 +529,7 @@ class LocalBackend(BaseBackend):
             template_version=pool.template_version,
             pid=proc.pid,
             isolation=self.isolation.value,
+            network=config.network.value,
             annotations={
                 **req.annotations,
                 "firepool.io/marker": marker,
@@ -515,6 +556,8 @@ class LocalBackend(BaseBackend):
             log.log(level, "pod %s runs with isolation %s (asked for %s)",
                     name, health.isolation.value, record.isolation)  # fmt: skip
             facts["isolation"] = health.isolation.value
+        if health.network.value != record.network:
+            facts["network"] = health.network.value
         pid_namespace = health.limits.get("pid") == "namespace"
         if record.pid_namespace != pid_namespace:
             facts["pid_namespace"] = pid_namespace

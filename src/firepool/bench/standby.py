@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from firepool.bench.common import machine, median, percentile, print_table, write_json
-from firepool.model import PodRole, PodState, PoolSpec
+from firepool.model import NetworkAccess, PodRole, PodState, PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
@@ -32,7 +32,9 @@ FIRST = "import time; print(repr(time.time()), flush=True)"
 
 
 def _pool(standbys: int) -> PoolSpec:
-    return PoolSpec(name="gpu", accelerator="fake", accelerators_per_pod=1, min_count=1,
+    # network host: the held job waits on a loopback switch (testing/switch.py)
+    return PoolSpec(name="gpu", network=NetworkAccess.HOST, accelerator="fake",
+                    accelerators_per_pod=1, min_count=1,
                     max_idle_count=1, max_count=1, standbys_per_active=standbys,
                     caller_hold_seconds=0.0, idle_timeout=600.0, memory_mib_per_pod=512, step=1)
 

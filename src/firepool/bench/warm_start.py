@@ -28,7 +28,9 @@ from firepool.testing.service import running_broker, wait_job
 BODY = "import time; print(repr(time.time()), flush=True)"
 
 
-def measure(jobs: int, store_url: str | None) -> dict[str, list[float]]:
+def measure(
+    jobs: int, store_url: str | None, network_namespace: bool = True
+) -> dict[str, list[float]]:
     pool = PoolSpec(name="cpu", min_count=1, max_count=2, idle_timeout=600.0)
     parts: dict[str, list[float]] = {
         k: [] for k in ("total", "accept", "dispatch", "handoff", "first")
@@ -36,7 +38,11 @@ def measure(jobs: int, store_url: str | None) -> dict[str, list[float]]:
     with (
         tempfile.TemporaryDirectory(prefix="firepool-bench-") as tmp,
         running_broker(
-            Path(tmp), catalog=Catalog((pool,)), config=BrokerConfig(), store_url=store_url
+            Path(tmp),
+            catalog=Catalog((pool,)),
+            config=BrokerConfig(),
+            store_url=store_url,
+            network_namespace=network_namespace,
         ) as broker,
         broker.client() as client,
     ):
@@ -66,7 +72,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--jobs", type=int, default=30)
     parser.add_argument("--store", default=None, help="database URL (default: SQLite)")
     parser.add_argument("--json", dest="json_path")
+    parser.add_argument(
+        "--network-rounds",
+        type=int,
+        default=0,
+        help="instead: alternate this many rounds with and without the pods' network namespace",
+    )
     args = parser.parse_args(argv)
+    if args.network_rounds:
+        return compare_network(args)
     parts = measure(args.jobs, args.store)
     ms = {k: [v * 1000.0 for v in vals] for k, vals in parts.items()}
     result: dict[str, object] = {
@@ -89,6 +103,41 @@ def main(argv: list[str]) -> int:
             ("  hand-off", f"{result['handoff_ms_p50']:.1f}", "paper 390"),
             ("  first instruction", f"{result['first_instruction_ms_p50']:.1f}", "paper 120"),
             ("p90 total", f"{result['total_ms_p90']:.1f}", "-"),
+        ],
+    )
+    write_json(args.json_path, result)
+    return 0
+
+
+def compare_network(args: argparse.Namespace) -> int:
+    """What the pods' network namespace costs a warm start: rounds alternated side by side
+    (own namespace, host network, own, ...), the difference of the medians of each round's
+    total p50."""
+    rounds: dict[str, list[float]] = {"namespace": [], "host": []}
+    for i in range(args.network_rounds):
+        order = (("namespace", True), ("host", False)) if i % 2 == 0 else (
+            ("host", False), ("namespace", True))  # fmt: skip
+        for name, namespace in order:
+            total = [v * 1000.0 for v in measure(args.jobs, args.store, namespace)["total"]]
+            rounds[name].append(percentile(total, 50))
+    own, host = (statistics.median(rounds[k]) for k in ("namespace", "host"))
+    result: dict[str, object] = {
+        "rounds": args.network_rounds,
+        "jobs_per_round": args.jobs,
+        "total_ms_p50_per_round": rounds,
+        "total_ms_p50_namespace": own,
+        "total_ms_p50_host": host,
+        "namespace_cost_ms": own - host,
+        "machine": machine(),
+    }
+    print_table(
+        f"warm start p50, {args.network_rounds} alternated rounds of {args.jobs} jobs (ms)",
+        [
+            ("own network namespace (median of rounds)", f"{own:.2f}", "-"),
+            ("host network (median of rounds)", f"{host:.2f}", "-"),
+            ("cost of the namespace", f"{own - host:+.2f}", "<= +1"),
+            ("rounds, namespace", " ".join(f"{v:.1f}" for v in rounds["namespace"]), "-"),
+            ("rounds, host", " ".join(f"{v:.1f}" for v in rounds["host"]), "-"),
         ],
     )
     write_json(args.json_path, result)

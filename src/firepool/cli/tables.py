@@ -110,7 +110,7 @@ def pods_table(pods: Sequence[PodView], now: float | None = None, *, wide: bool 
     table.add_column("POOL")
     table.add_column("ROLE")
     _key_column(table, "STATE", [p.state for p in pods])
-    for name in ("OWNER", "QUEUE", "TAG", "JOB", "HOLD", "ISOLATION", "IMAGE"):
+    for name in ("OWNER", "QUEUE", "TAG", "JOB", "HOLD", "ISOLATION", "NETWORK", "IMAGE"):
         table.add_column(name)
     if wide:
         table.add_column("GROUP")
@@ -130,11 +130,17 @@ def pods_table(pods: Sequence[PodView], now: float | None = None, *, wide: bool 
             _dash(pod.job),
             hold,
             _dash(pod.isolation) + ("+pid-ns" if pod.pid_namespace else ""),
+            _network(pod.network),
             _dash(pod.image),
             *extra,
             ago(pod.created_at, now),
         )
     return table
+
+
+def _network(network: str | None) -> str:
+    """`host` is said for what it is: the pod's jobs share the host's network."""
+    return "host (not isolated)" if network == "host" else _dash(network)
 
 
 def _clock(at: float) -> str:

@@ -13,6 +13,7 @@ from firepool.client import calls
 from firepool.client.config import ClientConfig, resolve
 from firepool.client.retry import DEFAULT_BUDGET_S
 from firepool.client.session import Session, session_defaults
+from firepool.protocol import UNIX_URL_PREFIX
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 DEFAULT_TIMEOUT = 30.0
@@ -41,6 +42,13 @@ class ClientBase:
     @property
     def url(self) -> str:
         return self.config.url
+
+    def _endpoint(self) -> tuple[str, str | None]:
+        """The HTTP base URL and, for `unix:<path>` (a pod's relay to its broker, see
+        agent/broker_relay.py), the socket to send it over."""
+        if self.url.startswith(UNIX_URL_PREFIX):
+            return "http://firepool", self.url.removeprefix(UNIX_URL_PREFIX)
+        return self.url, None
 
     def _headers(self) -> dict[str, str]:
         headers = {"User-Agent": f"firepool-sdk/{__version__}"}

@@ -47,7 +47,13 @@ class Client(ClientBase):
         retry_s: float = DEFAULT_RETRY_S,
     ) -> None:
         super().__init__(url, token, timeout=timeout, data_dir=data_dir, retry_s=retry_s)
-        self._http = httpx.Client(base_url=self.url, headers=self._headers(), timeout=timeout)
+        base, socket_path = self._endpoint()
+        self._http = httpx.Client(
+            base_url=base,
+            headers=self._headers(),
+            timeout=timeout,
+            transport=httpx.HTTPTransport(uds=socket_path) if socket_path else None,
+        )
 
     # ------------------------------------------------------------------ plumbing
     def _send(self, call: calls.Call[ModelT]) -> ModelT:

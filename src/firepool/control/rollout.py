@@ -18,7 +18,7 @@ from firepool.control.records import Pod
 from firepool.model import ConfigError, PodState, PoolSpec
 
 #: The fields a pod is built from: changing any of them needs new pods.
-TEMPLATE_FIELDS = ("cpus_per_pod", "memory_mib_per_pod", "image", "preload_modules")
+TEMPLATE_FIELDS = ("cpus_per_pod", "memory_mib_per_pod", "image", "preload_modules", "network")
 #: Fields that name the budget a pool draws from and how pods group on a card: a live pool
 #: cannot change them under its pods (define a new pool instead).
 FIXED_FIELDS = ("accelerator", "accelerators_per_pod")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from firepool.client.aio import AsyncClient
 from firepool.composition import EmbeddedBroker
-from firepool.model import PodState, PoolSpec
+from firepool.model import NetworkAccess, PodState, PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.service.elastic import ElasticConfig
@@ -116,6 +116,7 @@ def catalog(exp: ElasticExperiment) -> Catalog:
         memory_mib_per_pod=2048,
         step=exp.slots,
         preload_modules=exp.preload,
+        network=NetworkAccess.HOST,  # a job's ranks rendezvous over TCP between pods
     )
     return Catalog((pool,), {"cpu": exp.slots})
 

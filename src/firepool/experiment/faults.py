@@ -144,7 +144,8 @@ class Campaign:
     def catalog(self) -> Path:
         path = self.root / "pools.toml"
         path.write_text(
-            f'[[pools]]\nname = "{POOL}"\nmin_count = 2\nmax_idle_count = 4\n'
+            # network host: the campaign's jobs report to it over the host's loopback
+            f'[[pools]]\nname = "{POOL}"\nnetwork = "host"\nmin_count = 2\nmax_idle_count = 4\n'
             f"max_count = {self.exp.pool_max}\nidle_timeout = {self.exp.idle_timeout_s}\n"
             f"step = 4\nmemory_mib_per_pod = 512\n"
         )

@@ -430,6 +430,7 @@ class Broker:
                         isolation=record.isolation if record is not None else "",
                         image=pod.image,
                         pid_namespace=record.pid_namespace if record is not None else None,
+                        network=record.network if record is not None else "",
                     )
                 )
         return out

@@ -19,13 +19,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from firepool.api import create_app, issue_token
 from firepool.api.hooks import NoHooks
-from firepool.model import AcquisitionPath, ErrorCode, JobState, PoolSpec
+from firepool.model import AcquisitionPath, ErrorCode, JobState, NetworkAccess, PoolSpec
 from firepool.packages import DiskPackageStore
 from firepool.store import JobRecord, PodBinding, SqlJobStore, open_store
 from firepool.store.logs import RankLogStorage
 
 POOLS = (
-    PoolSpec(name="cpu", max_count=4, allowed_images=("registry.local/team",)),
+    # network host: a gang's pods must reach each other (control/gang_network.py)
+    PoolSpec(name="cpu", max_count=4, allowed_images=("registry.local/team",),
+              network=NetworkAccess.HOST),
     PoolSpec(name="gpu", accelerator="fake", accelerators_per_pod=1),
 )
 

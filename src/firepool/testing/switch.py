@@ -1,5 +1,7 @@
 """A loopback switch a job polls until it is opened: how tests and benchmarks hold a job
-running for exactly as long as they need (a job sees no host files)."""
+running for exactly as long as they need (a job sees no host files). A job reaches it only
+from a pod on the host's network: its pool says `network = "host"` (a pod's own network
+namespace has nothing but its own loopback)."""
 
 from __future__ import annotations
 

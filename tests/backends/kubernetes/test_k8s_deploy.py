@@ -86,8 +86,11 @@ def test_pool_pods_talk_only_to_the_broker_on_its_ports() -> None:
     broker's port and the cluster DNS, nothing else."""
     settings = KubernetesSettings()
     isolated = policies()["firepool-pods-isolated"]["spec"]
-    (selects,) = isolated["podSelector"]["matchExpressions"]
-    assert selects == {"key": AnnotationCodec(settings.prefix).own("pool"), "operator": "Exists"}
+    codec = AnnotationCodec(settings.prefix)
+    pools, networks = isolated["podSelector"]["matchExpressions"]
+    assert pools == {"key": codec.own("pool"), "operator": "Exists"}
+    # a `network: host` pool's pods (a gang's ranks talk to each other) are left alone
+    assert networks == {"key": codec.own("network"), "operator": "NotIn", "values": ["host"]}
     assert set(isolated["policyTypes"]) == {"Ingress", "Egress"}
     (deployment,) = docs(DEPLOY / "base" / "deployment.yaml")
     broker = deployment["spec"]["template"]["metadata"]["labels"]

@@ -44,6 +44,7 @@ def pod_views(session: Session) -> list[PodView]:
                 isolation=pod.isolation or None,
                 image=pod.image if mine or pod.image is None else CUSTOM_IMAGE_HIDDEN,
                 pid_namespace=pod.pid_namespace,
+                network=pod.network or None,
             )
         )
     return out

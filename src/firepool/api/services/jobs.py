@@ -13,6 +13,7 @@ from collections.abc import Collection
 from starlette.concurrency import run_in_threadpool
 
 from firepool.api.context import ApiContext
+from firepool.control.gang_network import check_gang_network
 from firepool.control.images import check_image
 from firepool.model import (
     JobSpec,
@@ -36,6 +37,7 @@ async def submit(context: ApiContext, caller: str, spec: JobSpec) -> Submitted:
             f"pods: {spec.pods} exceeds pool {pool.name}'s ceiling of {pool.max_count}",
             field="pods",
         )
+    check_gang_network(pool, spec)
     if spec.package is not None and context.packages.path(spec.package) is None:
         raise RequestValidationError(
             f"package {spec.package} has not been uploaded (POST /v1/packages first)",

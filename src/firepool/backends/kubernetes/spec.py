@@ -81,6 +81,8 @@ def labels(settings: KubernetesSettings, codec: AnnotationCodec, plan: PodPlan) 
         codec.own("instance"): settings.instance,
         codec.own("pool"): plan.pool.name,
         codec.own("role"): plan.role.value,
+        # deploy/base/networkpolicies.yaml selects on it: isolated unless `host`
+        codec.own("network"): plan.pool.network.value,
     }
 
 

@@ -1,4 +1,4 @@
-"""pymoo 0.6 operators for the choice encoding of `nsga.py` (imported only when needed).
+"""pymoo 0.6 operators for the choice encoding of `nsga_space.py` (imported only when needed).
 
 Kept apart so that the rest of `firepool.scheduling` (OAK, Sia, Gavel, DRF) works on an install
 without pymoo; the NSGA-II policies then fail with `SolverUnavailableError`.
@@ -17,7 +17,7 @@ from pymoo.core.problem import Problem
 from pymoo.core.repair import Repair
 from pymoo.optimize import minimize
 
-from firepool.scheduling.nsga import ChoiceSpace, IntArray, Objectives
+from firepool.scheduling.nsga_space import ChoiceSpace, IntArray, Objectives
 
 Config.warnings["not_compiled"] = False
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from firepool.model import LeaseTagMode, PoolSpec
+from firepool.model import LeaseTagMode, NetworkAccess, PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.store.scratch import scratch
@@ -26,6 +26,9 @@ def catalog(cpu_budget: int = 8) -> Catalog:
             PoolSpec(name="short", max_count=2, caller_hold_seconds=1.0, **base),
             PoolSpec(name="burst", max_count=4, caller_hold_seconds=0.3, **base),
             PoolSpec(name="small", max_count=1, idle_timeout=30.0, memory_mib_per_pod=96, step=1),
+            # For jobs that call the test (or the broker's API) over the host's loopback: a
+            # pod's own network namespace reaches nothing outside it.
+            PoolSpec(name="loopback", max_count=2, network=NetworkAccess.HOST, **base),
         ),
         {"cpu": cpu_budget},
     )

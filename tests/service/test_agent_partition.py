@@ -67,7 +67,9 @@ def test_a_partitioned_agent_loses_its_attempt_and_the_old_attempt_never_comes_b
     stopped = 0
     try:
         with broker.client() as c:
-            job_id = submit(c, command=[sys.executable, "-c", JOB, url], max_retries=1)
+            job_id = submit(
+                c, pool="loopback", command=[sys.executable, "-c", JOB, url], max_retries=1
+            )
             with seen:
                 assert seen.wait_for(lambda: len(runs) == 1, 60)
             first = c.get(f"/v1/jobs/{job_id}").json()
@@ -103,7 +105,7 @@ def test_a_partitioned_agent_loses_its_attempt_and_the_old_attempt_never_comes_b
 PARTITION_POOL = """
 [[pools]]
 name = "cpu"
-network = "host"  # its jobs report to the test over the host\'s loopback
+network = "host"  # its jobs report to the test over the host's loopback
 min_count = 1
 max_count = 2
 idle_timeout = 30.0

@@ -27,7 +27,7 @@ from firepool.testing.service import TERMINAL
 ONE = """
 [[pools]]
 name = "one"
-network = "host"  # its jobs report to the test over the host\'s loopback
+network = "host"  # its jobs report to the test over the host's loopback
 min_count = 1
 max_count = 1
 idle_timeout = 300.0

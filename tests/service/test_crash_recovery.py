@@ -24,7 +24,7 @@ from firepool.testing.service import TERMINAL, wait_pod
 CATALOG = """
 [[pools]]
 name = "cpu"
-network = "host"  # its jobs report to the test over the host\'s loopback
+network = "host"  # its jobs report to the test over the host's loopback
 min_count = 2
 max_count = 3
 idle_timeout = 300.0
@@ -157,7 +157,7 @@ asyncio.run(main())
 ONE = """
 [[pools]]
 name = "one"
-network = "host"  # its jobs report to the test over the host\'s loopback
+network = "host"  # its jobs report to the test over the host's loopback
 min_count = 1
 max_count = 1
 idle_timeout = 300.0

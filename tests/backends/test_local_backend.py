@@ -153,6 +153,43 @@ def test_weak_isolation_is_explicit_and_uses_pod_tmpdir() -> None:
         assert "weaker isolation" in (root / record.name / "agent.log").read_text()
 
 
+def test_egress_without_its_nat_is_a_typed_error_that_leaves_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import firepool.backends.local as local
+
+    if os.geteuid() != 0:
+        needs("root (private pods)")
+    real_which = shutil.which
+    monkeypatch.setattr(
+        local.shutil, "which", lambda name: None if name == "slirp4netns" else real_which(name)
+    )
+    with backend_at("no-nat", isolation="private") as (backend, loop, root):
+        pool = PoolSpec(name="out", memory_mib_per_pod=512, network="egress")
+        with pytest.raises(ConfigError) as caught:
+            loop.run(backend.create(PodCreate(pool=pool)))
+        assert caught.value.field == "network" and "slirp4netns" in caught.value.message
+        assert loop.run(backend.list_pods()) == []
+        assert [p.name for p in root.iterdir() if not p.name.startswith(".")] == []
+
+
+def test_private_isolation_without_network_namespaces_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import firepool.backends.local as local
+
+    if os.geteuid() != 0:
+        needs("root (private pods)")
+    monkeypatch.setattr(local, "probe_netns", lambda: False)
+    with pytest.raises(ConfigError) as caught:
+        LocalBackend(new_root("no-netns"), isolation="private")
+    assert caught.value.field == "network_namespace"
+    # switched off on purpose, the same host serves private pods on the host's network
+    with backend_at("netns-off", isolation="private", network_namespace=False) as (b, loop, _):
+        _, client = loop.run(make_pod(b, CPU))
+        assert loop.run(client.health()).network.value == "host"
+
+
 def _wheel(dir: Path) -> Path:
     path = dir / "fpdemo-1.0-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as zf:

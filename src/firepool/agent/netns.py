@@ -26,7 +26,6 @@ import fcntl
 import os
 import socket
 import struct
-from dataclasses import dataclass
 
 CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS = 0x8913
@@ -45,16 +44,10 @@ _INET_TABLES = ("tcp", "tcp6", "udp", "udp6", "raw", "raw6")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-@dataclass(frozen=True, slots=True)
-class Entered:
-    """Descriptors kept while the thread is in the new namespace: the host's, to go back to."""
-
-    host: int
-
-
-def enter_new() -> Entered | None:
-    """Move the calling thread into a new network namespace with its loopback up; None where
-    the host refuses one (not root, or a sandbox forbids it), the thread unchanged."""
+def enter_new() -> int | None:
+    """Move the calling thread into a new network namespace with its loopback up; returns a
+    descriptor on the host's namespace for `leave`, or None where the host refuses one (not
+    root, or a sandbox forbids it), the thread unchanged."""
     host = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     if _libc.unshare(CLONE_NEWNET) != 0:
         os.close(host)
@@ -62,19 +55,19 @@ def enter_new() -> Entered | None:
     try:
         loopback_up()
     except OSError:
-        leave(Entered(host))
+        leave(host)
         raise
-    return Entered(host)
+    return host
 
 
-def leave(entered: Entered) -> None:
+def leave(host: int) -> None:
     """The calling thread back in the host's namespace (raises if the kernel refuses)."""
     try:
-        if _libc.setns(entered.host, CLONE_NEWNET) != 0:
+        if _libc.setns(host, CLONE_NEWNET) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"setns(host network namespace): {os.strerror(err)}")
     finally:
-        os.close(entered.host)
+        os.close(host)
 
 
 def loopback_up() -> None:
@@ -83,14 +76,6 @@ def loopback_up() -> None:
         req = struct.pack("16sH22x", b"lo", 0)
         flags = struct.unpack("16sH22x", fcntl.ioctl(sock, _SIOCGIFFLAGS, req))[1]
         fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))
-
-
-def same_namespace(pid_a: int | str, pid_b: int | str) -> bool | None:
-    """Whether two processes share a network namespace (None if either cannot be inspected)."""
-    try:
-        return os.readlink(f"/proc/{pid_a}/ns/net") == os.readlink(f"/proc/{pid_b}/ns/net")
-    except OSError:
-        return None
 
 
 def _endpoint(raw: str) -> str:

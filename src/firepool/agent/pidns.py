@@ -102,8 +102,10 @@ def give_job_own_proc(resolv_conf: str | None = None) -> None:
     _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(None, b"/", None, MS_REC | MS_PRIVATE, None)
     _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"hidepid=invisible")
+    if not resolv_conf:
+        return
     target = os.path.realpath("/etc/resolv.conf").encode()
-    if resolv_conf and os.path.isfile(target):
+    if os.path.isfile(target):
         _mount(resolv_conf.encode(), target, None, MS_BIND, None)
         _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
 
@@ -123,9 +125,10 @@ def can_give_own_proc() -> bool:
     return os.waitstatus_to_exitcode(status) == 0
 
 
-def same_namespace(pid_a: int | str, pid_b: int | str) -> bool | None:
-    """Whether two processes share a PID namespace (None if either cannot be inspected)."""
+def same_namespace(pid_a: int | str, pid_b: int | str, kind: str = "pid") -> bool | None:
+    """Whether two processes share a namespace of `kind` (`pid`, `net`...; None if either
+    cannot be inspected)."""
     try:
-        return os.readlink(f"/proc/{pid_a}/ns/pid") == os.readlink(f"/proc/{pid_b}/ns/pid")
+        return os.readlink(f"/proc/{pid_a}/ns/{kind}") == os.readlink(f"/proc/{pid_b}/ns/{kind}")
     except OSError:
         return None

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from firepool.agent import deps, egress, fetch, isolation, netns, pidns, procfs, ray_node, unpack
+from firepool.agent import deps, egress, fetch, isolation, pidns, procfs, ray_node, unpack
 from firepool.agent.broker_relay import BrokerRelay
 from firepool.agent.cgroups import PodCgroups
 from firepool.agent.deadlines import Deadline, Deadlines
@@ -183,7 +183,7 @@ class Agent:
     def _network(self) -> PodNetwork:
         """What the jobs got: the zygote's namespace is theirs (see netns.py)."""
         wanted = self.config.network
-        if netns.same_namespace(self.zygote.pid, self.pid) is False:
+        if pidns.same_namespace(self.zygote.pid, self.pid, "net") is False:
             return wanted if wanted is not PodNetwork.HOST else PodNetwork.NONE
         if wanted is not PodNetwork.HOST:
             log.warning("no network namespace for the pod: its jobs share the host's network")

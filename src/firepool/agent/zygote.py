@@ -107,7 +107,7 @@ def start_process(
     call it before importing anything heavy and let both start-ups overlap. With
     `pid_namespace`, the zygote is the init of a new PID namespace where the host permits one,
     with `net_namespace` it lives in a network namespace of its own (the agent checks which it
-    got: `pidns.same_namespace`, `netns.same_namespace`). Jobs given their own /proc see
+    got: `pidns.same_namespace`). Jobs given their own /proc see
     `resolv_conf` as /etc/resolv.conf (an egress pod's resolver)."""
     ours, theirs = socket.socketpair()  # made in the host's namespace: the agent's end stays
     argv = [sys.executable, "-m", "firepool.agent.zygote", str(theirs.fileno()), ",".join(preload)]

@@ -7,7 +7,7 @@ STAMP_BASE := $(VENV)/.installed-base
 STAMP_TEST := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-k8s k8s-binaries lint typecheck bench clean mutation
+.PHONY: demo test test-k8s k8s-binaries image lint typecheck bench clean mutation
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,12 @@ test-k8s: $(STAMP_TEST)
 # The test cluster's binaries, built from Go modules into ~/.cache/firepool/k8s (not the tree).
 k8s-binaries:
 	bash tools/k8s/build.sh
+
+# The pool base image as an OCI archive, built here without docker or a registry (the agent,
+# this interpreter and what it loads; config from deploy/docker/pool-base.Dockerfile). A node
+# loads it with `ctr -n k8s.io images import build/pool-base.oci.tar` (docs/kubernetes.md).
+image: $(STAMP_BASE)
+	$(BIN)/firepool image build --output build/pool-base.oci.tar
 
 # Mutation testing of the control plane's decision modules (not part of `make test`): one
 # module at a time, one worker, then the score per file (docs/testing.md). ~6 min idle.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from firepool.cli import capacity, jobs, run, top
+from firepool.cli import capacity, image, jobs, run, top
 from firepool.cli.experiment import experiment_app
 from firepool.cli.serve import serve as serve_command
 from firepool.cli.serve import token_app
@@ -66,7 +66,7 @@ def bench(ctx: typer.Context, name: str = typer.Argument(..., help="Benchmark na
 
 app.command()(serve_command)
 app.add_typer(token_app, name="token")
-for commands in (run, jobs, capacity, top):
+for commands in (run, jobs, capacity, top, image):
     commands.register(app)
 
 if __name__ == "__main__":

@@ -1,0 +1,100 @@
+"""The pool image's file system: what pool-base.Dockerfile's final stage holds, from this host.
+
+The Dockerfile builds a venv at /opt/firepool (pip, the agent's requirements, firepool) on a
+python:slim base and adds the user 10001 with the pod's directory. Here the same prefix holds
+a copy of the running interpreter, its standard library and its shared libraries (found with
+ldd), the agent's distributions from this environment, and firepool's own package; `system`
+adds the user and directories. The final stage's file system instructions this stands in for
+are listed in `REPRODUCES`, and the build refuses a Dockerfile whose final stage has others."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import firepool
+from firepool.image.entries import Tree
+from firepool.image.errors import RootfsError
+from firepool.image.interpreter import VERSION, add_interpreter
+from firepool.image.libraries import shared_libraries
+from firepool.image.packages import add_distribution, closure, requirement_names
+from firepool.image.system import add_system
+
+PREFIX = "opt/firepool"
+SITE = f"{PREFIX}/lib/{VERSION}/site-packages"
+#: The pod's uid (the pod spec's runAsUser, backends/kubernetes/spec.py), its name and home.
+UID = 10001
+USER = "firepool"
+HOME = "/home/firepool"
+POD_DIR = "/var/lib/firepool/pod"
+#: Installed beside the agent's requirements when this environment has it: the agent installs
+#: a job's extra requirements with `python -m pip` (agent/deps.py), as the venv image can.
+INSTALLERS = ("pip",)
+#: The final stage's file system instructions (whitespace collapsed) and how this module
+#: reproduces each: the /opt/firepool prefix, and the user with the pod's directory.
+REPRODUCES = {
+    "COPY --from=build /opt/firepool /opt/firepool": "add_interpreter, agent distributions",
+    (
+        f"RUN useradd --uid {UID} --create-home --home-dir {HOME} --shell /usr/sbin/nologin "
+        f"{USER} && mkdir -p {POD_DIR} && chown {UID}:{UID} {POD_DIR}"
+    ): "add_system",
+}
+#: Left out of firepool's package: bytecode.
+_BYTECODE = frozenset({"__pycache__"})
+
+
+@dataclass(frozen=True)
+class Contents:
+    tree: Tree
+    distributions: tuple[str, ...]
+    libraries: tuple[str, ...]
+
+
+def pool_rootfs(requirements: Path) -> Contents:
+    """The pool image's tree, its agent's dependencies named in `requirements`."""
+    tree = Tree()
+    add_system(tree, uid=UID, user=USER, home=HOME, writable=(POD_DIR,))
+    objects = add_interpreter(tree, PREFIX)
+    wanted = requirement_names(requirements)
+    wanted += [name for name in INSTALLERS if _installed(name)]
+    dists = closure(wanted)
+    for dist in dists:
+        objects += add_distribution(tree, dist, SITE)
+    add_firepool(tree)
+    libraries = shared_libraries(objects)
+    for library in libraries:
+        tree.file(library.image, source=library.host, mode=0o755)
+    return Contents(
+        tree,
+        tuple(f"{d.metadata['Name']}=={d.version}" for d in dists),
+        tuple(f"/{lib.image}" for lib in libraries),
+    )
+
+
+def add_firepool(tree: Tree) -> None:
+    """firepool's package as this process imports it (a checkout's src/ or an install), with
+    a dist-info of its own: an editable install's names the checkout, not the image."""
+    package = Path(firepool.__file__).resolve().parent
+    if not (package / "agent" / "__main__.py").is_file():
+        raise RootfsError(f"{package} holds no firepool.agent")
+    tree.copy_tree(
+        package,
+        f"{SITE}/firepool",
+        skip=lambda p: p.name in _BYTECODE or p.suffix == ".pyc",
+    )
+    info = f"{SITE}/firepool-{firepool.__version__}.dist-info"
+    tree.file(
+        f"{info}/METADATA",
+        data=f"Metadata-Version: 2.1\nName: firepool\nVersion: {firepool.__version__}\n".encode(),
+    )
+    tree.file(f"{info}/INSTALLER", data=b"firepool image build\n")
+    tree.file(f"{info}/top_level.txt", data=b"firepool\n")
+
+
+def _installed(name: str) -> bool:
+    try:
+        metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True

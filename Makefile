@@ -37,7 +37,7 @@ typecheck: $(STAMP_TEST)
 test: $(STAMP_TEST)
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
-	if command -v go >/dev/null || [ "$${CI:-}" = true ]; then bash tools/k8s/build.sh >/dev/null; fi
+	if command -v go >/dev/null || [ "$${CI:-}" = true ]; then bash tools/k8s/build.sh >/dev/null && bash tools/k8s/build-node.sh >/dev/null; fi
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The Kubernetes tests alone, against the session's own control plane (built once per machine
@@ -48,6 +48,7 @@ test-k8s: $(STAMP_TEST)
 # The test cluster's binaries, built from Go modules into ~/.cache/firepool/k8s (not the tree).
 k8s-binaries:
 	bash tools/k8s/build.sh
+	bash tools/k8s/build-node.sh
 
 # The pool base image as an OCI archive, built here without docker or a registry (the agent,
 # this interpreter and what it loads; config from deploy/docker/pool-base.Dockerfile). A node

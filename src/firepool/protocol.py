@@ -418,6 +418,11 @@ class AgentConfig(StrictModel):
     #: Paths covered with an empty read-only tmpfs in the pod's namespace (the broker's data
     #: directory, say); the pod's own directory stays visible.
     hide_paths: tuple[str, ...] = ()
+    #: The pod is a container of its own (Kubernetes): its /tmp, /var/tmp, /dev/shm and IPC
+    #: namespace are the pod's alone, and its jobs run under the agent's own uid. Reset then
+    #: sweeps what that uid left there and every SysV and POSIX IPC object, as private mode
+    #: does in the pod's namespaces.
+    container: bool = False
     #: Host directories below which an attempt's `JobEnv.CHECKPOINT_DIR` may lie; the agent
     #: attaches that one directory to the pod for the attempt (the rest stays hidden).
     attach_roots: tuple[str, ...] = ()

@@ -28,6 +28,7 @@ from firepool.testing.control_plane import (
     build_binaries,
     write_kubeconfig,
 )
+from firepool.testing.kubelet_node import KubeletNode, NodeError, build_node_binaries
 from firepool.testing.kwok import (
     TEST_GPU_NODES,
     delete_namespace,
@@ -38,8 +39,10 @@ from firepool.testing.kwok import (
     kwok_node,
     rest_for,
 )
+from firepool.testing.node_cluster import POOL_IMAGE
 
 CPU_NODES = [f"fp-test-cpu-{i}" for i in range(3)]
+
 
 
 @dataclass(frozen=True)
@@ -133,3 +136,34 @@ def settings(broker_kubeconfig: str, namespace: str) -> KubernetesSettings:
         qps=100,
         burst=100,
     )
+
+
+# ---------------------------------------------------------------------- the real node
+
+
+@pytest.fixture(scope="session")
+def pool_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pool base image as an OCI archive, built here (`firepool image build`)."""
+    from firepool.image import build_pool_image
+
+    archive = tmp_path_factory.mktemp("image") / "pool-base.oci.tar"
+    build_pool_image(archive, name=POOL_IMAGE)
+    return archive
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster: Cluster, admin: Rest, pool_image: Path) -> Iterator[KubeletNode]:
+    """One node with kubelet, containerd and runc in the suite's cluster, tainted so that only
+    the tests that tolerate it place pods there, with the pool image imported."""
+    if cluster.plane is None:
+        pytest.skip("the real node joins the suite's own control plane, not a given cluster")
+    try:
+        node = KubeletNode(cluster.plane, build_node_binaries(), images=[pool_image]).start()
+    except NodeError as err:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and the test node cannot run: {err}")
+        pytest.skip(f"no real test node: {err}")
+    try:
+        yield node
+    finally:
+        node.stop()

@@ -136,6 +136,25 @@ def place_v2_group(
     return keep, why
 
 
+def _container_oom_file(mounts: list[tuple[str, str, str]]) -> Path | None:
+    """A container's own memory cgroup, where its runtime mounts it (read-only): the kernel
+    counts there the OOM kills the container's limit causes, which are its jobs' (the agent
+    cannot make a cgroup of its own there, so this is the pod's only OOM counter)."""
+    for mount, kind, options in mounts:
+        if kind == "cgroup2":
+            candidate = Path(mount) / "memory.events"
+        elif kind == "cgroup" and "memory" in options.split(","):
+            candidate = Path(mount) / "memory.oom_control"
+        else:
+            continue
+        try:
+            if b"oom_kill " in procfs.read_small(str(candidate)):
+                return candidate
+        except OSError:
+            continue
+    return None
+
+
 class PodCgroups:
     def __init__(
         self,
@@ -144,12 +163,15 @@ class PodCgroups:
         *,
         cpu_quota: float | None = None,
         pids_max: int | None = None,
+        container: bool = False,
     ) -> None:
         self.limits: dict[str, str] = {}
         self.limit_bytes = memory_limit_mib * 1024 * 1024 if memory_limit_mib else None
         self.mode = MemoryLimitMode.NONE
         self.ledger: Path | None = None  # cgroup v2 dir used to list/kill processes
         self.memory: Path | None = None  # where the memory limit and OOM counter live
+        #: The file whose `oom_kill` line counts the kernel's OOM kills of the pod's jobs.
+        self.oom_file: Path | None = None
         self._dirs: list[Path] = []
         self._procs_files: tuple[str, ...] = ()
         #: Controllers the unified hierarchy has but could not give the pod, and why.
@@ -184,6 +206,11 @@ class PodCgroups:
                     with contextlib.suppress(OSError):
                         made.rmdir()
                 self.mode = MemoryLimitMode.RLIMIT
+        if self.memory is not None:
+            unified = self.mode is MemoryLimitMode.CGROUP2
+            self.oom_file = self.memory / ("memory.events" if unified else "memory.oom_control")
+        elif container:
+            self.oom_file = _container_oom_file(mounts)
         if self.limit_bytes is not None:
             self.limits["memory"] = f"{self.mode.value}:{self.limit_bytes}"
         if pids_max is not None:
@@ -289,11 +316,10 @@ class PodCgroups:
             _write(self.ledger / "cgroup.kill", "1")
 
     def oom_kills(self) -> int:
-        if self.memory is None:
+        if self.oom_file is None:
             return 0
-        name = "memory.events" if self.mode is MemoryLimitMode.CGROUP2 else "memory.oom_control"
         try:
-            for line in procfs.read_small(str(self.memory / name)).splitlines():
+            for line in procfs.read_small(str(self.oom_file)).splitlines():
                 key, _, value = line.partition(b" ")
                 if key == b"oom_kill":
                     return int(value)

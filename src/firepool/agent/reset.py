@@ -65,6 +65,8 @@ class ResetContext:
     ipc_private: bool = False
     #: Host directories shared with other users (weak mode) to sweep for the job uid's files.
     shared_dirs: Sequence[str] = ()
+    #: That uid (the job's; in a container, the agent's own); None: no sweep.
+    sweep_uid: int | None = None
     mounts_expected: frozenset[str] | None = None
     zygote_threads: int | None = None
     #: Unmounts what was attached for the attempt (its checkpoint directory).
@@ -217,21 +219,20 @@ def _restore_owned(ctx: ResetContext) -> list[str]:
     """Owner and mode of the job's own directories back, and (weak mode) the job uid's files
     gone from the host's shared directories."""
     problems: list[str] = []
-    if ctx.job_user is None:
-        return problems
-    uid, gid = ctx.job_user
-    for path in ctx.owned_dirs:
-        if ctx.scratch.is_mounted(path):
-            continue
-        try:
-            os.chown(path, uid, gid, follow_symlinks=False)
-            os.chmod(path, 0o700, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            problems.append(f"cannot restore {path}: {exc}")
-    if ctx.shared_dirs:
-        roots = list(ctx.shared_dirs)
+    if ctx.job_user is not None:
+        uid, gid = ctx.job_user
+        for path in ctx.owned_dirs:
+            if ctx.scratch.is_mounted(path):
+                continue
+            try:
+                os.chown(path, uid, gid, follow_symlinks=False)
+                os.chmod(path, 0o700, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                problems.append(f"cannot restore {path}: {exc}")
+    if ctx.shared_dirs and ctx.sweep_uid is not None:
+        roots, uid = list(ctx.shared_dirs), ctx.sweep_uid
         left = isolation.sweep_owned(uid, roots) + isolation.owned_leftovers(uid, roots)
         if left:
             problems.append("files of the pod's user left in shared dirs: " + ", ".join(left[:5]))

@@ -131,17 +131,23 @@ class Agent:
         )
         private = self.scratch.mode is IsolationMode.PRIVATE
         self.procs_hidden = private and isolation.hide_processes()
-        self.ipc_private = private and isolation.ipc_namespace_private()
+        # A container's IPC namespace is the pod's own as well (AgentConfig.container).
+        self.ipc_private = config.container or (private and isolation.ipc_namespace_private())
         self.mqueues = isolation.open_mqueues()  # this IPC namespace's POSIX message queues
         if self.mqueues is None:
             log.warning("cannot open the POSIX message queues: reset will not sweep them")
         self.mounts_expected = self._mount_points() if private else None
         self.shared_dirs = [*isolation.SCRATCH_DIRS, *isolation.shared_writable()]
+        #: Whose files reset removes from `shared_dirs` in weak mode: the jobs' uid (in a
+        #: container, the agent's own; elsewhere never the agent's, whose user is shared).
+        self.sweep_uid = self.job_user[0] if self.job_user else (
+            os.getuid() if config.container else None)  # fmt: skip
         self.cgroups = PodCgroups(
             config.pod,
             config.memory_limit_mib,
             cpu_quota=config.cpu_quota,
             pids_max=config.pids_max,
+            container=config.container,
         )
         self.rlimits: dict[str, int] = {}
         if config.nofile is not None:
@@ -500,7 +506,7 @@ class Agent:
     def _oom_verdict(
         self, attempt: Attempt, sig: int | None, code: int | None, maxrss_kib: int
     ) -> tuple[bool, Literal["cgroup", "heuristic"] | None]:
-        if self.cgroups.memory is not None:
+        if self.cgroups.oom_file is not None:
             if self.cgroups.oom_kills() > attempt.oom_before:
                 return True, "cgroup"
             return False, None
@@ -634,6 +640,7 @@ class Agent:
                 ],
                 ipc_private=self.ipc_private,
                 shared_dirs=self.shared_dirs if self.scratch.mode is IsolationMode.WEAK else [],
+                sweep_uid=self.sweep_uid,
                 mounts_expected=self.mounts_expected,
                 zygote_threads=self.zygote_threads,
                 detach=self._detach_attempt,

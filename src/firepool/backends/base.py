@@ -116,12 +116,20 @@ class PodBackend(Protocol):
         could not make pods for (so an admitted job never queues for an impossible pod)."""
         ...
 
+    async def detach(self) -> None:
+        """The broker is stopping: release what this process holds (watches, connections,
+        threads) and leave every pod as it is, so that a restarted broker finds them."""
+        ...
+
 
 class BaseBackend:
     """Shared behaviour: readiness by polling the agent's health."""
 
     def check_pools(self, pools: Sequence[PoolSpec]) -> None:
         """Every catalog will do unless the backend says otherwise."""
+
+    async def detach(self) -> None:
+        """Nothing held beyond the pods (the local backend's pods are its processes)."""
 
     async def get(self, name: str) -> PodRecord | None:
         raise NotImplementedError

@@ -249,6 +249,7 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         await self.pods.close(delete_pods)
+        await self.backend.detach()  # a cluster backend's watch thread ends with the broker
 
     # ------------------------------------------------------------------ executing actions
 
@@ -711,6 +712,7 @@ class Broker:
             await self.pods.create(order, self.specs[order.pool], action.peer)
         except Exception as exc:  # any failure: the pod never becomes supply
             log.warning("pod %s failed to start: %r", order.pod, exc)
+            self.telemetry.pod_start_failed(order.pool, exc)
             self.act(self.core.pod_failed(order.pod, self.clock()))
             return
         self.act(self.core.pod_ready(order.pod, self.clock()))

@@ -96,6 +96,14 @@ class BrokerTelemetry:
             ["pool", "outcome"],
             registry=None,
         )
+        self.start_failures = Counter(
+            "firepool_pod_start_failures",
+            "Pods that never became ready, by the typed error their backend gave (code: an "
+            "ErrorCode such as ConfigError for an image that cannot be pulled; the exception's "
+            "class in `kind`). Their budget is released as they are deleted.",
+            ["pool", "code", "kind"],
+            registry=None,
+        )
         self.recovery = Counter(
             "firepool_recovery_events",
             "What a broker restart did: pods restored, reset and held, or deleted; attempts "
@@ -115,6 +123,7 @@ class BrokerTelemetry:
             self.scaler,
             self.round,
             self.resets,
+            self.start_failures,
             self.recovery,
         ]
 
@@ -143,6 +152,12 @@ class BrokerTelemetry:
     def deleted(self, pod: Pod | None, reason: RetireReason) -> None:
         if pod is not None:
             self.scaler.labels(pod.pool, "delete", reason.value).inc()
+
+    def pod_start_failed(self, pool: str, error: BaseException) -> None:
+        code = getattr(error, "code", None)
+        self.start_failures.labels(
+            pool, code.value if isinstance(code, ErrorCode) else "Internal", type(error).__name__
+        ).inc()
 
     def job_finished(self, pool: str, state: JobState, error: ErrorCode | None) -> None:
         if state.terminal:

@@ -193,6 +193,10 @@ class KubernetesBackend(BaseBackend):
                 rest.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
+    async def detach(self) -> None:
+        """The watch thread and the API connections; the pods stay (see `close`)."""
+        await self.close()
+
     async def delete_all(self) -> None:
         """Delete every pod of this instance (tests, `--delete-pods` on shutdown)."""
         await self.start()

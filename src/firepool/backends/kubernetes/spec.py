@@ -155,6 +155,7 @@ def agent_config(settings: KubernetesSettings, plan: PodPlan) -> dict[str, Any]:
         port=settings.agent_port,
         callback_url=plan.callback_url,
         isolation=IsolationMode.WEAK,  # the container is the boundary on Kubernetes
+        container=True,
         preload_modules=plan.pool.preload_modules,
         memory_limit_mib=plan.pool.memory_mib_per_pod or None,
         devices=plan.devices,

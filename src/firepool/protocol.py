@@ -315,6 +315,10 @@ class MemoryLimitMode(StrEnum):
     CGROUP2 = "cgroup2"
     CGROUP1 = "cgroup1"
     RLIMIT = "rlimit"  # RLIMIT_AS on each attempt's processes
+    #: The pod's container and its runtime's cgroup (Kubernetes): the agent can neither make
+    #: a cgroup there nor needs to; an address-space cap on top would refuse what fits (a
+    #: CUDA context or torch's libraries map far more than they use).
+    CONTAINER = "container"
     NONE = "none"
 
 

@@ -2,7 +2,8 @@
 
 The pool's memory limit is enforced with the best mechanism the host allows, in this order:
 a cgroup v2 `memory.max`, a cgroup v1 `memory.limit_in_bytes`, else `RLIMIT_AS` on each
-attempt's processes. Which one won is reported (health, logs), never assumed.
+attempt's processes; in a container (Kubernetes) the container's own limit, whose cgroup its
+runtime made. Which one won is reported (health, logs), never assumed.
 
 The pool's CPU quota and the pod's process cap go the same way (cgroup v2 `cpu.max` and
 `pids.max` where those controllers are enabled, else the v1 `cpu` and `pids` hierarchies), with
@@ -205,7 +206,8 @@ class PodCgroups:
                 if made is not None:
                     with contextlib.suppress(OSError):
                         made.rmdir()
-                self.mode = MemoryLimitMode.RLIMIT
+                in_container = container and _container_oom_file(mounts) is not None
+                self.mode = MemoryLimitMode.CONTAINER if in_container else MemoryLimitMode.RLIMIT
         if self.memory is not None:
             unified = self.mode is MemoryLimitMode.CGROUP2
             self.oom_file = self.memory / ("memory.events" if unified else "memory.oom_control")

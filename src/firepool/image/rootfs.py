@@ -9,6 +9,7 @@ are listed in `REPRODUCES`, and the build refuses a Dockerfile whose final stage
 
 from __future__ import annotations
 
+import sysconfig
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -17,7 +18,7 @@ import firepool
 from firepool.image.entries import Tree
 from firepool.image.errors import RootfsError
 from firepool.image.interpreter import VERSION, add_interpreter
-from firepool.image.libraries import shared_libraries
+from firepool.image.libraries import Library, in_image, shared_libraries
 from firepool.image.packages import add_distribution, closure, requirement_names
 from firepool.image.system import add_system
 
@@ -40,6 +41,14 @@ REPRODUCES = {
         f"{USER} && mkdir -p {POD_DIR} && chown {UID}:{UID} {POD_DIR}"
     ): "add_system",
 }
+#: Libraries of the Dockerfile's python:slim base beyond what the interpreter loads, which
+#: the wheels pools install on top link rather than bundle (torch needs libstdc++ and
+#: libutil): glibc's whole set, as the base's libc6 package brings it, and the C++ runtime.
+BASE_LIBRARIES = (
+    "libstdc++.so.6", "libgcc_s.so.1", "libm.so.6", "libdl.so.2", "libpthread.so.0",
+    "librt.so.1", "libutil.so.1", "libresolv.so.2", "libanl.so.1", "libnss_files.so.2",
+    "libnss_dns.so.2",
+)  # fmt: skip
 #: Left out of firepool's package: bytecode.
 _BYTECODE = frozenset({"__pycache__"})
 
@@ -62,7 +71,12 @@ def pool_rootfs(requirements: Path) -> Contents:
     for dist in dists:
         objects += add_distribution(tree, dist, SITE)
     add_firepool(tree)
-    libraries = shared_libraries(objects)
+    base = [
+        Library(path.resolve(), in_image(str(path))) for path in map(host_library, BASE_LIBRARIES)
+    ]
+    libraries = shared_libraries([*objects, *(lib.host for lib in base)])
+    placed = {lib.image for lib in libraries}
+    libraries += [lib for lib in base if lib.image not in placed]
     for library in libraries:
         tree.file(library.image, source=library.host, mode=0o755)
     return Contents(
@@ -70,6 +84,15 @@ def pool_rootfs(requirements: Path) -> Contents:
         tuple(f"{d.metadata['Name']}=={d.version}" for d in dists),
         tuple(f"/{lib.image}" for lib in libraries),
     )
+
+
+def host_library(name: str) -> Path:
+    """This host's `name` in the loader's default directories."""
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    for directory in (f"/usr/lib/{multiarch}", f"/lib/{multiarch}", "/usr/lib64", "/usr/lib"):
+        if (Path(directory) / name).exists():
+            return Path(directory) / name
+    raise RootfsError(f"{name} is not on this host: the image's base libraries need it")
 
 
 def add_firepool(tree: Tree) -> None:

@@ -67,6 +67,26 @@ def test_backend_owned_env_is_refused() -> None:
     assert err.value.field == "env.NVIDIA_VISIBLE_DEVICES"
 
 
+@pytest.mark.parametrize(
+    ("mounts", "field"),
+    [
+        ([{"host_path": "cache", "mount_path": "/cache"}], "host_mounts.0.host_path"),
+        ([{"host_path": "/cache", "mount_path": "cache"}], "host_mounts.0.mount_path"),
+        ([{"host_path": "/cache", "mount_path": "/c", "read_only": False}], "host_mounts.0.read_only"),
+        ([{"host_path": "/a", "mount_path": "/var/lib/firepool/pod"}], "host_mounts.0.mount_path"),
+        ([{"host_path": "/a", "mount_path": "/checkpoints"}], "host_mounts.0.mount_path"),
+        (
+            [{"host_path": "/a", "mount_path": "/m"}, {"host_path": "/b", "mount_path": "/m"}],
+            "host_mounts.1.mount_path",
+        ),
+    ],
+)
+def test_bad_host_mounts_are_refused_by_name(mounts: list[dict[str, object]], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        PodTemplate.model_validate({"host_mounts": mounts})
+    assert err.value.field == field, err.value
+
+
 def test_relative_checkpoint_mount_is_refused() -> None:
     with pytest.raises(ConfigError) as err:
         PodTemplate(checkpoint_mount="ckpt")

@@ -174,6 +174,7 @@ def test_template_placement_fields() -> None:
         checkpoint_pvc="ckpt-rwx",
         image_pull_policy="IfNotPresent",
         labels={"team": "rl"},
+        host_mounts=({"host_path": "/srv/models", "mount_path": "/models"},),
     )
     pod = build(plan(GPU, template=template))
     spec = pod["spec"]
@@ -183,6 +184,12 @@ def test_template_placement_fields() -> None:
     ]
     assert spec["priorityClassName"] == "firepool-warm"
     assert spec["serviceAccountName"] == "firepool-pod"
+    assert {"name": "host-0", "hostPath": {"path": "/srv/models", "type": "Directory"}} in spec[
+        "volumes"
+    ]
+    assert {"name": "host-0", "mountPath": "/models", "readOnly": True} in spec["containers"][0][
+        "volumeMounts"
+    ]
     assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "ckpt-rwx"}} in spec[
         "volumes"
     ]

@@ -19,6 +19,8 @@ from pydantic import Field, ValidationError, model_validator
 from firepool.backends.kubernetes.names import check_labels
 from firepool.model import ConfigError, StrictModel
 
+#: Where every pod's own directory is mounted (spec.POD_DIR); no other mount may go there.
+POD_MOUNT = "/var/lib/firepool/pod"
 #: Every label and annotation the backend writes starts with this (one DNS subdomain).
 DEFAULT_PREFIX = "firepool.dev"
 
@@ -58,6 +60,19 @@ class Toleration(StrictModel):
         return _typed("toleration", data, handler)
 
 
+class HostMount(StrictModel):
+    """A directory of the node in every pod of a pool (a model cache, a shared software tree),
+    always read-only: a job must not leave anything there for the next caller's job."""
+
+    host_path: Annotated[str, Field(min_length=2, max_length=4096, pattern=r"^/")]
+    mount_path: Annotated[str, Field(min_length=2, max_length=4096, pattern=r"^/")]
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _typed_errors(cls, data: Any, handler: Any) -> Any:
+        return _typed("host mount", data, handler)
+
+
 class PodTemplate(StrictModel):
     """Cluster placement of one pool's pods. Every field is optional; `defaults` in the
     templates file applies to pools without an entry (and under each entry's own fields)."""
@@ -75,6 +90,8 @@ class PodTemplate(StrictModel):
     checkpoint_mount: str = "/checkpoints"
     #: Extra labels on every pod of the pool (cost centre, team).
     labels: dict[str, str] = Field(default_factory=dict)
+    #: Read-only node directories mounted into every pod of the pool.
+    host_mounts: tuple[HostMount, ...] = ()
 
     @model_validator(mode="wrap")
     @classmethod
@@ -82,6 +99,9 @@ class PodTemplate(StrictModel):
         if isinstance(data, dict) and isinstance(data.get("tolerations"), list | tuple):
             for i, entry in enumerate(data["tolerations"]):
                 _nested(Toleration, entry, f"tolerations.{i}")
+        if isinstance(data, dict) and isinstance(data.get("host_mounts"), list | tuple):
+            for i, entry in enumerate(data["host_mounts"]):
+                _nested(HostMount, entry, f"host_mounts.{i}")
         return _typed("pod template", data, handler)
 
     @model_validator(mode="after")
@@ -95,6 +115,14 @@ class PodTemplate(StrictModel):
                 )
         check_labels(self.labels, "labels")
         check_labels(self.node_selector, "node_selector")
+        mounts = [m.mount_path for m in self.host_mounts]
+        reserved = {POD_MOUNT, self.checkpoint_mount}
+        for i, path in enumerate(mounts):
+            if path in reserved or mounts.index(path) != i:
+                raise ConfigError(
+                    f"pod template: host_mounts.{i}: {path} is already mounted",
+                    field=f"host_mounts.{i}.mount_path",
+                )
         if not self.checkpoint_mount.startswith("/"):
             raise ConfigError(
                 "pod template: checkpoint_mount must be an absolute path", field="checkpoint_mount"
@@ -118,6 +146,7 @@ class PodTemplate(StrictModel):
                 else base.checkpoint_mount
             ),
             labels={**base.labels, **self.labels},
+            host_mounts=self.host_mounts or base.host_mounts,
         )
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from firepool.backends.kubernetes.codec import AnnotationCodec
-from firepool.backends.kubernetes.settings import KubernetesSettings, PodTemplate
+from firepool.backends.kubernetes.settings import POD_MOUNT, KubernetesSettings, PodTemplate
 from firepool.model import ACCELERATORS, ConfigError, PodRole, PoolSpec
 from firepool.protocol import AgentConfig, IsolationMode
 
@@ -31,7 +31,7 @@ CONFIG_ENV = "FIREPOOL_AGENT_CONFIG"
 SECRET_ENV = "FIREPOOL_AGENT_SECRET"
 SECRET_KEY = "agent-secret"
 #: Where the pod's workspace (an emptyDir) is mounted.
-POD_DIR = "/var/lib/firepool/pod"
+POD_DIR = POD_MOUNT
 #: torchrun's rendezvous port on rank 0's pod.
 RENDEZVOUS_PORT = 29500
 RUN_AS_USER = 10001
@@ -214,6 +214,10 @@ def build_pod(
         )
         mounts.append({"name": "checkpoints", "mountPath": template.checkpoint_mount})
         env.append({"name": "FIREPOOL_CHECKPOINT_ROOT", "value": template.checkpoint_mount})
+    for i, mount in enumerate(template.host_mounts):
+        name = f"host-{i}"
+        volumes.append({"name": name, "hostPath": {"path": mount.host_path, "type": "Directory"}})
+        mounts.append({"name": name, "mountPath": mount.mount_path, "readOnly": True})
     container: dict[str, Any] = {
         "name": "agent",
         "image": plan.image or template.image or pool.image,

@@ -72,7 +72,10 @@ def test_backend_owned_env_is_refused() -> None:
     [
         ([{"host_path": "cache", "mount_path": "/cache"}], "host_mounts.0.host_path"),
         ([{"host_path": "/cache", "mount_path": "cache"}], "host_mounts.0.mount_path"),
-        ([{"host_path": "/cache", "mount_path": "/c", "read_only": False}], "host_mounts.0.read_only"),
+        (
+            [{"host_path": "/cache", "mount_path": "/c", "read_only": False}],
+            "host_mounts.0.read_only",
+        ),
         ([{"host_path": "/a", "mount_path": "/var/lib/firepool/pod"}], "host_mounts.0.mount_path"),
         ([{"host_path": "/a", "mount_path": "/checkpoints"}], "host_mounts.0.mount_path"),
         (

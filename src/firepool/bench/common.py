@@ -59,12 +59,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def print_table(title: str, rows: Sequence[tuple[str, str, str]]) -> None:
-    """Rows of (metric, value, target) printed as one table."""
+def print_table(
+    title: str,
+    rows: Sequence[tuple[str, str, str]],
+    columns: tuple[str, str, str] = ("metric", "value", "target"),
+) -> None:
+    """Rows of (metric, value, target), or of the given `columns`, printed as one table."""
     table = Table(title=title)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_column("target", justify="right")
+    table.add_column(columns[0])
+    table.add_column(columns[1], justify="right")
+    table.add_column(columns[2], justify="right")
     for metric, value, target in rows:
         table.add_row(metric, value, target)
     Console().print(table)

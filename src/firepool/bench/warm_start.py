@@ -18,6 +18,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from firepool.bench.common import machine, percentile, print_table, write_json
 from firepool.model import PoolSpec
@@ -29,8 +30,15 @@ BODY = "import time; print(repr(time.time()), flush=True)"
 
 
 def measure(
-    jobs: int, store_url: str | None, network_namespace: bool = True
+    jobs: int,
+    store_url: str | None,
+    network_namespace: bool = True,
+    *,
+    catalog: Catalog | None = None,
+    **broker_options: Any,
 ) -> dict[str, list[float]]:
+    """Per-job parts in seconds; `catalog` (a pool `cpu`) and `broker_options` choose the
+    backend (the local one by default)."""
     pool = PoolSpec(name="cpu", min_count=1, max_count=2, idle_timeout=600.0)
     parts: dict[str, list[float]] = {
         k: [] for k in ("total", "accept", "dispatch", "handoff", "first")
@@ -39,10 +47,11 @@ def measure(
         tempfile.TemporaryDirectory(prefix="firepool-bench-") as tmp,
         running_broker(
             Path(tmp),
-            catalog=Catalog((pool,)),
+            catalog=catalog or Catalog((pool,)),
             config=BrokerConfig(),
             store_url=store_url,
             network_namespace=network_namespace,
+            **broker_options,
         ) as broker,
         broker.client() as client,
     ):
@@ -78,7 +87,19 @@ def main(argv: list[str]) -> int:
         default=0,
         help="instead: alternate this many rounds with and without the pods' network namespace",
     )
+    parser.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="instead: the local backend and a real Kubernetes node (the test cluster's) in "
+        "alternated rounds, and a fresh pod's create -> ready by phase",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="with --kubernetes")
+    parser.add_argument("--cold", type=int, default=5, help="fresh pods, with --kubernetes")
     args = parser.parse_args(argv)
+    if args.kubernetes:
+        from firepool.bench.warm_start_node import compare_kubernetes
+
+        return compare_kubernetes(args)
     if args.network_rounds:
         return compare_network(args)
     parts = measure(args.jobs, args.store)

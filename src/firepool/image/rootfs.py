@@ -15,6 +15,7 @@ from importlib import metadata
 from pathlib import Path
 
 import firepool
+from firepool.image.bytecode import add_bytecode
 from firepool.image.entries import Tree
 from firepool.image.errors import RootfsError
 from firepool.image.interpreter import VERSION, add_interpreter
@@ -79,6 +80,7 @@ def pool_rootfs(requirements: Path) -> Contents:
     libraries += [lib for lib in base if lib.image not in placed]
     for library in libraries:
         tree.file(library.image, source=library.host, mode=0o755)
+    add_bytecode(tree, PREFIX)
     return Contents(
         tree,
         tuple(f"{d.metadata['Name']}=={d.version}" for d in dists),

@@ -405,9 +405,10 @@ class KubernetesBackend(BaseBackend):
 
     # ------------------------------------------------------------------ ready
 
-    async def _observed(self, name: str, deadline: float) -> Observed:
-        """Wait until the pod is ready or will never be; raise for the latter. A stalled pod
-        gets `stalled_grace_s` from the moment it is first seen stalled."""
+    async def _observed(self, name: str, deadline: float, running: bool = False) -> Observed:
+        """Wait until the pod is ready (or, with `running`, its containers run) or will never
+        be; raise for the latter. A stalled pod gets `stalled_grace_s` from the moment it is
+        first seen stalled."""
         waiter = asyncio.Event()
         self._waiters.setdefault(name, set()).add(waiter)
         stalled_since: float | None = None
@@ -421,7 +422,9 @@ class KubernetesBackend(BaseBackend):
                         raise _ready_error(name, gone or Observed(Phase.LOST, "Deleted"))
                     raise PodNotFoundError(f"pod {name} does not exist")
                 seen = observe(pod)
-                if seen.phase is Phase.READY and seen.ip:
+                if seen.ip and (
+                    seen.phase is Phase.READY or (running and seen.phase is Phase.STARTING)
+                ):
                     return seen
                 if seen.terminal:
                     raise _ready_error(name, seen)
@@ -485,7 +488,10 @@ class KubernetesBackend(BaseBackend):
     async def wait_ready(self, name: str, timeout: float = 60.0) -> Health:
         await self.start()
         deadline = time.monotonic() + timeout
-        seen = await self._observed(name, deadline)
+        # With the agent's health to ask, its container running is enough: the kubelet's
+        # readiness probe (a TCP check every `periodSeconds`) would add up to a period after
+        # the agent listens. Without it (kwok), the Ready condition is the only answer.
+        seen = await self._observed(name, deadline, running=self.settings.agent_health)
         if not self.settings.agent_health:
             return Health(
                 pod=name,

@@ -231,7 +231,7 @@ def build_pod(
         "volumeMounts": mounts,
         "readinessProbe": {
             "tcpSocket": {"port": settings.agent_port},
-            "periodSeconds": 2,
+            "periodSeconds": 1,  # the broker asks the agent itself; this is for the cluster
             "failureThreshold": 3,
         },
         "securityContext": {

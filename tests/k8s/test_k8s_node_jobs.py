@@ -106,3 +106,21 @@ def test_same_caller_reuses_its_pod_and_another_caller_never_does(
         other = run(bob, command=py("print('b1')"), timeout=120)
         assert other["state"] == "SUCCEEDED", other
         assert the_pod(other) != pod
+
+
+def test_a_package_job_fetches_its_code_from_the_broker_and_the_sdk_follows_its_output(
+    node_broker: BrokerThread, tmp_path: Path
+) -> None:
+    """Late binding on the node: the pod's agent fetches the job's package from the broker's
+    advertised address (the node's bridge), not from the image; the SDK streams its output."""
+    from firepool.client.sync import Client
+
+    source = tmp_path / "pkg"
+    source.mkdir()
+    (source / "main.py").write_text("import helper\nprint(helper.GREETING, flush=True)\n")
+    (source / "helper.py").write_text("GREETING = 'hello from the package'\n")
+    token = node_broker.issue("carol")
+    with Client(node_broker.url, token) as client:
+        job = client.run("cpu", ["python", "main.py"], package=str(source), wait_timeout=120)
+        assert job.state.value == "SUCCEEDED", job
+        assert "".join(client.logs(job.id, follow=True)).strip() == "hello from the package"

@@ -1,7 +1,10 @@
 """One core, two drivers: the same job script run by the service (real time, real local pods,
 real HTTP) and by the simulator (virtual time, virtual backend) feeds the broker core the same
-events and gets the same actions back. Neither driver decides anything of its own: where they
-differ it is in timing only, which the comparison leaves out (timers' no-op events)."""
+events and gets the same actions back, and tells it of the same attempt ends (what each
+attempt's verdict is judged from). Neither driver decides anything of its own: where they
+differ it is in timing only, which the comparison leaves out (timers' no-op events). A gang
+whose rank 1 fails checks the gang-exit rule (control/gang.py) the two drivers share: the
+other rank is stopped and the end names rank 1, in both."""
 
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ import pytest
 
 from firepool.control.actions import Action, StartAttempt
 from firepool.control.core import BrokerCore
-from firepool.model import PoolSpec
+from firepool.control.dispatch import AttemptEnd
+from firepool.model import PoolSpec, Topology
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.sim.broker import JobRequest, SimBroker
@@ -39,6 +43,18 @@ EVENTS = ("submit", "resync", "cancel", "dispatch", "committed", "commit_lost",
 #: The retry exits 0: FIREPOOL_ATTEMPT is `<job>:<retry>`.
 FAIL_FIRST = ("import os, sys; "
               "sys.exit({code} if os.environ['FIREPOOL_ATTEMPT'].endswith(':0') else 0)")
+#: A gang of two on a pool of two (network host, as a gang's pool must be): its first attempt
+#: fails on rank 1 and is retried once on the same, warm pods.
+GANG_POOL = PoolSpec(name="cpu", network="host", min_count=2, max_idle_count=2, max_count=2,
+                     idle_timeout=600.0, memory_mib_per_pod=512, step=2)
+GANG_SCRIPT: Script = [("g", 1, 3)]
+GANG_FAILING_RANK = 1
+#: In the first attempt rank 1 exits with {code} and rank 0 sleeps past the test's bound: it
+#: ends only because the gang rule had the broker stop it. The retry's ranks exit 0.
+GANG_FAILS = ("import os, sys, time\n"
+              "if os.environ['FIREPOOL_ATTEMPT'].endswith(':0'):\n"
+              "    if os.environ['RANK'] == '{rank}': sys.exit({code})\n"
+              "    time.sleep(120)\n")
 
 Trace = list[tuple[str, tuple[str, ...]]]
 
@@ -55,6 +71,22 @@ def traces(monkeypatch: pytest.MonkeyPatch) -> dict[int, Trace]:
             actions = _f(self, *args, **kwargs)
             seen.setdefault(id(self), []).append((_name, tuple(map(_describe, actions))))
             return actions
+
+        monkeypatch.setattr(BrokerCore, name, functools.wraps(original)(recorded))
+    return seen
+
+
+@pytest.fixture
+def ends(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[AttemptEnd]]:
+    """Every attempt end a core was told of (before and with the reset), per core."""
+    seen: dict[int, list[AttemptEnd]] = {}
+    for name in ("judge_before_reset", "attempt_over"):
+        original = getattr(BrokerCore, name)
+
+        def recorded(self: BrokerCore, job: str, end: AttemptEnd, *args: Any,
+                     _f: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            seen.setdefault(id(self), []).append(end)
+            return _f(self, job, end, *args, **kwargs)
 
         monkeypatch.setattr(BrokerCore, name, functools.wraps(original)(recorded))
     return seen
@@ -79,34 +111,47 @@ def wait_until(check: Callable[[], bool]) -> None:
         time.sleep(0.02)
 
 
-def run_service(tmp_path: Path, script: Script) -> BrokerCore:
-    """Runs the script; returns the broker's core (other tests' brokers may still be winding
-    down in this process, each with its own core, so traces are told apart by core)."""
+def run_service(tmp_path: Path, script: Script, pool: PoolSpec = POOL) -> BrokerCore:
+    """Runs the script, each job on `pool.min_count` pods (a torchrun gang when more than
+    one); returns the broker's core (other tests' brokers may still be winding down in this
+    process, each with its own core, so traces are told apart by core)."""
     quiet = BrokerConfig(dispatch_tick_s=600.0, reconcile_s=600.0, hold_tick_s=600.0,
                          exit_poll_s=600.0)
-    with running_broker(tmp_path, catalog=Catalog((POOL,), {"cpu": 4}), config=quiet) as broker:
+    pods = pool.min_count
+    gang = {"pods": pods, "topology": "torchrun"} if pods > 1 else {}
+    with running_broker(tmp_path, catalog=Catalog((pool,), {"cpu": 4}), config=quiet) as broker:
         service = broker.embedded.broker
-        wait_until(lambda: broker.call(
-            lambda: any(p.state.value == "idle" for p in service.tracker.pool_pods("cpu"))))
+        wait_until(lambda: broker.call(lambda: sum(
+            p.state.value == "idle" for p in service.tracker.pool_pods("cpu")) >= pods))
         with broker.client() as client:
             for tag, retries, code in script:
-                body = FAIL_FIRST.format(code=code) if code else "pass"
+                if not code:
+                    body = "pass"
+                elif pods > 1:
+                    body = GANG_FAILS.format(code=code, rank=GANG_FAILING_RANK)
+                else:
+                    body = FAIL_FIRST.format(code=code)
                 job = submit(client, pool="cpu", lease_tag=tag, max_retries=retries,
-                             command=[sys.executable, "-c", body])
+                             command=[sys.executable, "-c", body], **gang)
                 assert wait_job(client, job)["state"] == "SUCCEEDED"
                 wait_until(lambda: broker.call(lambda: not service.core.running
                                                and not service.pods._tasks))
         return service.core
 
 
-def run_sim(script: Script) -> BrokerCore:
+def run_sim(
+    script: Script, pool: PoolSpec = POOL, failing_rank: int = GANG_FAILING_RANK
+) -> BrokerCore:
     loop = EventLoop()
-    broker = SimBroker(loop, PRESETS["production-cpu"], [POOL], {"cpu": 4}, random.Random(0),
+    broker = SimBroker(loop, PRESETS["production-cpu"], [pool], {"cpu": 4}, random.Random(0),
                        reconcile_s=600.0, dispatch_tick_s=600.0)
     broker.warm_up()
+    pods = pool.min_count
+    topology = Topology.TORCHRUN if pods > 1 else Topology.NONE
     for tag, retries, code in script:
         job = broker.submit(JobRequest("local", "cpu", 0.1, tag=tag, max_retries=retries,
-                                       exit_codes=(code,) if code else ()))
+                                       exit_codes=(code,) if code else (), pods=pods,
+                                       topology=topology, failing_rank=failing_rank))
         loop.run(stop=lambda j=job: broker.records[j].state.terminal)
         assert broker.records[job].state.value == "SUCCEEDED"
         loop.run(until=loop.now + 120.0)  # deletions and resets settle, as in the service
@@ -114,12 +159,13 @@ def run_sim(script: Script) -> BrokerCore:
 
 
 def test_the_service_and_the_simulator_get_the_same_actions(
-    tmp_path: Path, traces: dict[int, Trace]
+    tmp_path: Path, traces: dict[int, Trace], ends: dict[int, list[AttemptEnd]]
 ) -> None:
     service_core = run_service(tmp_path / "service", SCRIPT)
     sim_core = run_sim(SCRIPT)  # both cores stay alive, so their ids stay distinct
     service, sim = traces[id(service_core)], traces[id(sim_core)]
     assert decisions(service) == decisions(sim)
+    assert ends[id(service_core)] == ends[id(sim_core)]
     starts = [acts for event, acts in decisions(sim) if event == "dispatch"]
     assert ("StartAttempt(warm)",) in starts and ("StartAttempt(recycled)",) in starts
 
@@ -133,3 +179,24 @@ def test_the_comparison_sees_a_different_decision(
     sim_core = run_sim([("a", r, c) for _tag, r, c in SCRIPT])
     service, sim = traces[id(service_core)], traces[id(sim_core)]
     assert decisions(service) != decisions(sim)
+
+
+def test_a_failing_gang_rank_gets_the_same_actions_and_end_from_both_drivers(
+    tmp_path: Path, traces: dict[int, Trace], ends: dict[int, list[AttemptEnd]]
+) -> None:
+    """Rank 1 of a torchrun gang fails while rank 0 runs on: in both drivers the gang rule
+    stops rank 0 (the service's job ends at all only because of that), the attempt's end
+    carries rank 1's exit code and names it, and the retry runs on the same warm pods."""
+    service_core = run_service(tmp_path / "service", GANG_SCRIPT, GANG_POOL)
+    sim_core = run_sim(GANG_SCRIPT, GANG_POOL)
+    service, sim = traces[id(service_core)], traces[id(sim_core)]
+    assert decisions(service) == decisions(sim)
+    starts = [acts for event, acts in decisions(sim) if event == "dispatch"]
+    assert starts == [("StartAttempt(warm,warm)",)] * 2, starts
+    assert ends[id(service_core)] == ends[id(sim_core)]
+    failed = ends[id(sim_core)][0]
+    assert (failed.exit_code, failed.signal, failed.cancelled) == (3, None, False)
+    assert failed.message == "rank 1 failed first; the other ranks were stopped"
+    # The comparison of ends can fail: the same gang failing on rank 0 ends otherwise.
+    other = run_sim(GANG_SCRIPT, GANG_POOL, failing_rank=0)
+    assert ends[id(other)] != ends[id(service_core)]

@@ -18,15 +18,21 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from firepool.control.dispatch import AttemptEnd, Verdict
+from firepool.control.gang import (
+    GangAction,
+    GangExit,
+    GangOver,
+    RankExit,
+    StopRanks,
+    gang_topology,
+)
 from firepool.control.records import Lease, Ticket
 from firepool.model import (
     ErrorCode,
     FirepoolError,
-    JobKind,
     JobState,
     LostRaceError,
     NotFoundError,
-    Topology,
     UnavailableError,
 )
 from firepool.protocol import (
@@ -230,7 +236,7 @@ class AttemptRunner:
         for p in lease.pods:
             running.exits[p.name] = loop.create_future()
         try:
-            ranks = gang_env(_topology(job), [self._address(p.name) for p in lease.pods])
+            ranks = gang_env(gang_topology(job.spec), [self._address(p.name) for p in lease.pods])
             started = await asyncio.gather(
                 *(
                     self._launch_one(job, lease, rank, {**env, **running.extra_env})
@@ -299,77 +305,54 @@ class AttemptRunner:
         return record.address if record is not None and record.address else "127.0.0.1"
 
     async def _wait_exit(self, running: Running) -> AttemptEnd:
-        """Every rank's exit event; a cancel or one rank's failure stops the others."""
+        """Every rank's exit event, reported to the gang rule (`control/gang.py`), which says
+        when to stop the other ranks and what the attempt's end is."""
         job, lease = running.job, running.lease
         pending = dict(running.exits)
-        events: dict[str, ExitEvent] = {}
         silent: dict[str, tuple[int, float]] = {}  # failed polls in a row, since when
+        gang = GangExit.of([p.name for p in lease.pods], job.spec)
         cancel_task = asyncio.ensure_future(running.cancel.wait())
         stop_task = asyncio.ensure_future(running.stop.wait())
-        stopping = False
-        first_failure: str | None = None  # the rank that failed on its own, before any stop
         try:
-            while pending:
+            while True:
                 waiting: list[asyncio.Future[Any]] = [*pending.values(), cancel_task]
-                if not stopping:
+                if not gang.stopping:
                     waiting.append(stop_task)
                 done, _ = await asyncio.wait(
                     waiting,
                     timeout=self.exit_poll_s,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
+                exits: dict[str, RankExit] = {}
                 for pod, fut in list(pending.items()):
                     if fut.done():
-                        events[pod] = fut.result()
+                        exits[pod] = _rank_exit(fut.result())
                         del pending[pod]
-                if cancel_task in done and pending:
-                    await self._stop_all(running)
-                    continue
-                if stop_task in done and not stopping and pending:
-                    # Graceful: the stop returns once every rank exited (or was killed after
-                    # the grace), so the pods are free for the next attempt right after.
-                    stopping = True
-                    await self._stop_all(running, grace_s=self.resize_grace_s)
-                    continue
-                if (
-                    not stopping
-                    and pending
-                    and lease.pods[0].name in events
-                    and _topology(job) is Topology.RAY
-                ):
-                    # A Ray gang is its driver on rank 0: the other ranks' nodes only serve
-                    # it, and are stopped (not failed) once it exits.
-                    stopping = True
-                    await self._stop_all(running)
-                    continue
+                actions: list[GangAction] = []
                 if not done:
                     lost = await self._poll_exits(job, pending, silent)
                     if lost:
-                        # An agent that stays unreachable has lost its pod: stop what is left
-                        # and end the attempt; the pod is not reset but deleted.
+                        # An agent that stays unreachable has lost its pod: its pod is not
+                        # reset but deleted.
                         running.lost.add(lost)
-                        await self._stop_all(running)
-                        return AttemptEnd(pod_lost=True, message=f"pod {lost} stopped answering")
-                if first_failure is None and not stopping and not running.cancel.is_set():
-                    first_failure = next((p for p, e in events.items() if _failed(e)), None)
-                if pending and first_failure is not None:
-                    await self._stop_all(running)
+                        actions = gang.lost(lost)
+                if not actions:
+                    actions = gang.woke(
+                        exits, cancel=running.cancel.is_set(), stop=stop_task in done
+                    )
+                stop = next((a for a in actions if isinstance(a, StopRanks)), None)
+                if stop is not None:
+                    # Graceful: the stop returns once every rank exited (or was killed after
+                    # the grace), so the pods are free for the next attempt right after.
+                    await self._stop_all(
+                        running, grace_s=self.resize_grace_s if stop.graceful else None
+                    )
+                over = next((a for a in actions if isinstance(a, GangOver)), None)
+                if over is not None:
+                    return over.end
         finally:
             cancel_task.cancel()
             stop_task.cancel()
-        # The attempt's exit is rank 0's, unless another rank failed first and the rest were
-        # stopped because of it: then that rank's exit says why the attempt failed.
-        cause = first_failure or lease.pods[0].name
-        exited = events[cause]
-        rank = next(i for i, p in enumerate(lease.pods) if p.name == cause)
-        return AttemptEnd(
-            exit_code=exited.exit_code,
-            signal=exited.signal,
-            oom=any(e.oom for e in events.values()),
-            timed_out=any(e.stop_reason is StopReason.TIMEOUT for e in events.values()),
-            cancelled=running.cancel.is_set(),
-            message=f"rank {rank} failed first; the other ranks were stopped" if rank else None,
-        )
 
     async def _poll_exits(
         self,
@@ -644,13 +627,6 @@ def _store_inline(
     return acks
 
 
-def _topology(job: JobRecord) -> Topology:
-    """Elastic jobs always get torchrun's rank variables: their world size changes."""
-    if job.spec.kind is JobKind.ELASTIC:
-        return Topology.TORCHRUN
-    return job.spec.topology
-
-
 def _our_start(found: JobRecord, job: JobRecord, bindings: list[PodBinding]) -> bool:
     """Whether the stored row is exactly the start `job` was trying to commit."""
     return (
@@ -661,8 +637,13 @@ def _our_start(found: JobRecord, job: JobRecord, bindings: list[PodBinding]) -> 
     )
 
 
-def _failed(event: ExitEvent) -> bool:
-    return event.exit_code != 0 or event.signal is not None or event.oom
+def _rank_exit(event: ExitEvent) -> RankExit:
+    return RankExit(
+        event.exit_code,
+        event.signal,
+        event.oom,
+        timed_out=event.stop_reason is StopReason.TIMEOUT,
+    )
 
 
 async def _first(*aws: Coroutine[Any, Any, object]) -> None:

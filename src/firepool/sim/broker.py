@@ -35,11 +35,20 @@ from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore, CoreConfig
 from firepool.control.dispatch import AttemptEnd
 from firepool.control.elastic_jobs import ElasticRules
+from firepool.control.gang import GangAction, GangExit, GangOver, RankExit, StopRanks
 from firepool.control.images import check_image
 from firepool.control.records import Lease, Ticket
 from firepool.control.reservations import ReservationRules
 from firepool.control.tracker import Tracker
-from firepool.model import AcquisitionPath, ElasticSpec, JobKind, JobSpec, JobState, PoolSpec
+from firepool.model import (
+    AcquisitionPath,
+    ElasticSpec,
+    JobKind,
+    JobSpec,
+    JobState,
+    PoolSpec,
+    Topology,
+)
 from firepool.scheduling.utility import p_restart_for
 from firepool.sim.backend import VirtualBackend
 from firepool.sim.loop import EventLoop
@@ -51,6 +60,12 @@ _STANDBY = AcquisitionPath.STANDBY
 ROUND_TICK_S = 1.0
 #: An elastic job checkpoints this often; a kill loses the work since the last checkpoint.
 CHECKPOINT_S = 60.0
+#: A rank the broker stopped (SIGTERM): no exit code of its own, as the agent reports it.
+_TERMINATED = RankExit(None, signal=15)
+#: A rank the broker killed (fault injection, reclaim). The code -9 is what the simulator
+#: has always recorded for a kill (the agent would report none): kept so runs compare.
+_KILLED = RankExit(-9, signal=9)
+_CLEAN = RankExit(0)
 
 
 @dataclass(slots=True)
@@ -114,6 +129,11 @@ class JobRequest:
     max_retries: int = 0
     #: The exit code of each attempt in turn (0 once they run out): scripted failures.
     exit_codes: tuple[int, ...] = ()
+    #: How a gang's ranks are wired; a Ray gang's other ranks serve rank 0 until stopped.
+    topology: Topology = Topology.NONE
+    #: The rank whose process exits with a scripted failure (the others run on until the
+    #: gang rule stops them).
+    failing_rank: int = 0
 
 
 class SimBroker:
@@ -156,6 +176,9 @@ class SimBroker:
         self.records: dict[str, JobRecord] = {}
         self.leases: dict[str, Lease] = {}
         self.exit_codes: dict[str, tuple[int, ...]] = {}
+        self.failing_rank: dict[str, int] = {}
+        #: Each live attempt's ranks, through the gang rule the service uses too.
+        self.gangs: dict[str, GangExit] = {}
         self.elastic_work: dict[str, ElasticWork] = {}
         self._specs_cache: dict[tuple[object, ...], JobSpec] = {}
         self._dispatch_pending = False
@@ -218,7 +241,7 @@ class SimBroker:
     # ---------------------------------------------------------------- submission
     def _spec(self, req: JobRequest) -> JobSpec:
         key = (req.pool, req.queue, req.tag, req.single_use, req.pods, req.image, req.priority,
-               req.elastic, req.max_retries)
+               req.elastic, req.max_retries, req.topology)
         spec = self._specs_cache.get(key)
         if spec is None:
             spec = JobSpec(
@@ -234,6 +257,7 @@ class SimBroker:
                 timeout_s=None,
                 kind=JobKind.ELASTIC if req.elastic is not None else JobKind.TASK,
                 elastic=req.elastic,
+                topology=req.topology,
             )
             if len(self._specs_cache) < 4096:
                 self._specs_cache[key] = spec
@@ -250,6 +274,8 @@ class SimBroker:
         self.stats[job] = JobStats(job, req.caller, req.pool, now, req.duration, on_done=on_done)
         if req.exit_codes:
             self.exit_codes[job] = req.exit_codes
+        if req.failing_rank:
+            self.failing_rank[job] = req.failing_rank
         if req.elastic is not None:
             self.elastic_work[job] = ElasticWork(req.duration)
         if req.elastic is None:  # training holds what the rounds give it, not a fixed size
@@ -292,6 +318,7 @@ class SimBroker:
         job = lease.job
         now = self.loop.now
         self.leases[job] = lease
+        self.gangs[job] = GangExit.of([p.name for p in lease.pods], self.records[job].spec)
         bindings = [
             PodBinding(rank, p.name, p.path, p.reason.value, lease.pool)
             for rank, p in enumerate(lease.pods)
@@ -329,7 +356,51 @@ class SimBroker:
         st.first = self.loop.now
         codes, attempt = self.exit_codes.get(job, ()), self.records[job].retries
         code = codes[attempt] if attempt < len(codes) else 0
-        self.loop.after(st.duration, self._exited, (job, AttemptEnd(exit_code=code)))
+        self.loop.after(st.duration, self._ran, (job, code))
+
+    def _ran(self, arg: tuple[str, int]) -> None:
+        """A task's scripted exit. With a failure only the failing rank's process exits (the
+        others would run on until the gang rule stops them); without one every rank exits 0,
+        except a Ray gang's other nodes, which serve rank 0's driver until they are stopped."""
+        job, code = arg
+        gang = self.gangs.get(job)
+        if gang is None or self.stats[job].finished >= 0.0 or job not in self.leases:
+            return
+        pods = gang.pods
+        if code != 0:
+            rank = min(self.failing_rank.get(job, 0), len(pods) - 1)
+            self._ranks(job, {pods[rank]: RankExit(code)})
+        elif gang.ray:
+            self._ranks(job, {pods[0]: _CLEAN})
+        else:
+            self._ranks(job, dict.fromkeys(pods, _CLEAN))
+
+    def _ranks(
+        self,
+        job: str,
+        exits: dict[str, RankExit] | None = None,
+        *,
+        cancel: bool = False,
+        stop: bool = False,
+    ) -> None:
+        """Feed the gang rule one wake-up and carry out what it says: a stop ends every rank
+        still running at once (0 after a graceful stop's checkpoint, SIGTERM otherwise), the
+        gang's end ends the attempt."""
+        gang = self.gangs.get(job)
+        if gang is None:
+            return
+        actions: list[GangAction] = gang.woke(exits, cancel=cancel, stop=stop)
+        while actions:
+            over = next((a for a in actions if isinstance(a, GangOver)), None)
+            if over is not None:
+                del self.gangs[job]
+                self._exited((job, over.end))
+                return
+            halt = next((a for a in actions if isinstance(a, StopRanks)), None)
+            if halt is None:
+                return
+            stopped = _CLEAN if halt.graceful else _TERMINATED
+            actions = gang.woke(dict.fromkeys(gang.pending, stopped))
 
     def _restored(self, arg: tuple[str, int]) -> None:
         """An elastic attempt finished restoring: it reports progress (which ends its restore
@@ -356,7 +427,9 @@ class SimBroker:
         work = self.elastic_work[job]
         if epoch == work.epoch and job in self.leases:
             work.done = work.total
-            self._exited((job, AttemptEnd(exit_code=0)))
+            gang = self.gangs.get(job)
+            if gang is not None:
+                self._ranks(job, dict.fromkeys(gang.pending, _CLEAN))
 
     def _exited(self, arg: tuple[str, AttemptEnd]) -> None:
         job, end = arg
@@ -412,17 +485,11 @@ class SimBroker:
         self._act(self.core.verdict_recorded(ticket, record.state, now))
 
     def _stop(self, action: StopAttempt) -> None:
-        """A stop ends the attempt at once: a graceful stop exits 0 after checkpointing, a
-        kill by signal, a cancel as cancelled."""
+        """A stop ends the attempt at once, through the gang rule: a graceful stop's ranks exit
+        0 after checkpointing, a kill's by SIGKILL, a cancel's by SIGTERM."""
         job = action.job
         if job not in self.leases or self.stats[job].finished >= 0.0:
             return
-        if action.mode is StopMode.GRACEFUL:
-            end = AttemptEnd(exit_code=0)
-        elif action.mode in (StopMode.KILL, StopMode.RECLAIM):
-            end = AttemptEnd(exit_code=-9, signal=9)
-        else:
-            end = AttemptEnd(cancelled=True)
         work = self.elastic_work.get(job)
         if work is not None and work.since >= 0.0:
             trained = self.loop.now - work.since
@@ -430,7 +497,13 @@ class SimBroker:
                 trained = (trained // CHECKPOINT_S) * CHECKPOINT_S
             if action.mode is not StopMode.CANCEL:
                 work.done = min(work.total, work.done + trained * work.rate)
-        self._exited((job, end))
+        gang = self.gangs.get(job)
+        if action.mode is StopMode.GRACEFUL:
+            self._ranks(job, stop=True)
+        elif action.mode is StopMode.CANCEL:
+            self._ranks(job, cancel=True)
+        elif gang is not None:  # the driver kills every rank at once
+            self._ranks(job, dict.fromkeys(gang.pending, _KILLED))
 
     def _failure_due(self, action: InjectFailure) -> None:
         self._act(self.core.failure_due(action.job, action.attempt))

@@ -14,11 +14,13 @@ from firepool.control import elastic
 from firepool.scheduling import (
     Configuration,
     RoundInput,
+    RoundPolicy,
     RoundResult,
     SiaParams,
     SiaPolicy,
     make_policy,
 )
+from firepool.sim import training
 from firepool.sim.training import TrainSpec, simulate
 from firepool.sim.trainloads import paper_workload
 from firepool.sim.trainmodel import BUCKETS as TENTHS
@@ -44,44 +46,42 @@ class Alternate:
 
 
 class Calls:
-    """Records what the simulator asks of the real `ElasticLifecycle`."""
+    """Records what the simulator asks of the real `ElasticLifecycle`.
+
+    The spy is a subclass installed where the simulator builds its lifecycle, not a patch of
+    the class: a broker another test left serving (a session fixture) runs its own rounds on
+    a wall-clock timer in a background thread, and those must not count here."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.exits: list[tuple[str, str, float]] = []
         self.rounds: list[tuple[float, str]] = []
         self.fractions: dict[str, list[float]] = {}
         self.submitted: list[str] = []
-        life = elastic.ElasticLifecycle
-        submit, exited, progress, run_round = (
-            life.submit, life.attempt_exited, life.progress, life.run_round)
+        calls = self
 
-        def spy_submit(self_: elastic.ElasticLifecycle, spec: elastic.ElasticJobSpec,
-                       now: float) -> None:
-            self.submitted.append(spec.job_id)
-            submit(self_, spec, now)
+        class Spied(elastic.ElasticLifecycle):
+            def submit(self, spec: elastic.ElasticJobSpec, now: float) -> None:
+                calls.submitted.append(spec.job_id)
+                super().submit(spec, now)
 
-        def spy_exited(self_: elastic.ElasticLifecycle, job_id: str, attempt: int, now: float,
-                       outcome: elastic.ExitOutcome) -> list[elastic.Decision]:
-            self.exits.append((job_id, outcome, now))
-            return exited(self_, job_id, attempt, now, outcome)
+            def attempt_exited(self, job_id: str, attempt: int, now: float,
+                               outcome: elastic.ExitOutcome) -> list[elastic.Decision]:
+                calls.exits.append((job_id, outcome, now))
+                return super().attempt_exited(job_id, attempt, now, outcome)
 
-        def spy_progress(self_: elastic.ElasticLifecycle, job_id: str, attempt: int, now: float,
+            def progress(self, job_id: str, attempt: int, now: float,
                          samples_per_s: float | None = None,
                          fraction: float | None = None) -> bool:
-            assert fraction is not None
-            self.fractions.setdefault(job_id, []).append(fraction)
-            return progress(self_, job_id, attempt, now, samples_per_s, fraction)
+                assert fraction is not None
+                calls.fractions.setdefault(job_id, []).append(fraction)
+                return super().progress(job_id, attempt, now, samples_per_s, fraction)
 
-        def spy_round(self_: elastic.ElasticLifecycle, now: float,
-                      policy: object) -> elastic.RoundOutcome:
-            out = run_round(self_, now, policy)  # type: ignore[arg-type]
-            self.rounds.append((now, out.trigger))
-            return out
+            def run_round(self, now: float, policy: RoundPolicy) -> elastic.RoundOutcome:
+                out = super().run_round(now, policy)
+                calls.rounds.append((now, out.trigger))
+                return out
 
-        monkeypatch.setattr(life, "submit", spy_submit)
-        monkeypatch.setattr(life, "attempt_exited", spy_exited)
-        monkeypatch.setattr(life, "progress", spy_progress)
-        monkeypatch.setattr(life, "run_round", spy_round)
+        monkeypatch.setattr(training, "ElasticLifecycle", Spied)
 
 
 @pytest.fixture

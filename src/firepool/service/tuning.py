@@ -33,7 +33,7 @@ def run_serving(main: Coroutine[Any, Any, T]) -> T:
     Windows). The broker's one event loop carries every API request and every agent call, and
     on uvloop its sockets, timers and task switches cost less CPU: with httptools serving
     the API beside it, 0.85x the broker's CPU per job in alternated rounds of
-    `bench throughput` on 2 cores (median of 4; README, "The hot path").
+    `bench throughput` on 2 cores (median of 4; docs/performance.md, "2026-12-02, afternoon").
     Only a process that *is* the broker runs this way (`firepool serve` and the benchmarks'
     broker processes); embedding code keeps the loop it chose."""
     try:

@@ -174,7 +174,9 @@ def test_a_lost_attempt_is_judged_like_any_lost_pod_and_respects_max_retries() -
     actions = core.recovery_lost(last.ticket, 10.0)
     verdicts = [a.verdict for a in actions if isinstance(a, RecordVerdict)]
     assert [(v.state, v.error_class) for v in verdicts] == [(JobState.FAILED, ErrorCode.POD_LOST)]
-    assert actions[0] == DeletePod("p1", RetireReason.UNCLEAN_RESET)  # released unclean
+    assert not any(isinstance(a, DeletePod) for a in actions)  # held until it is stored:
+    later = core.verdict_recorded(last.ticket, JobState.FAILED, 11.0)
+    assert later[0] == DeletePod("p1", RetireReason.UNCLEAN_RESET)  # released unclean
     retry = running_job("k", retries=0, max_retries=2)
     (record,) = core.recovery_lost(retry.ticket, 10.0)
     assert isinstance(record, RecordVerdict) and record.verdict.state is JobState.QUEUED

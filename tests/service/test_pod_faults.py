@@ -98,7 +98,10 @@ def test_a_cancel_landing_while_the_verdict_is_written_wins(tmp_path: Path) -> N
         after_cancel = store.cancel(job_id, now=time.time())
         assert after_cancel.cancel_requested and after_cancel.version > committed.version
         retry = Verdict(JobState.QUEUED, ErrorCode.NON_ZERO_EXIT, 1)
-        final = b.run(b.embedded.broker.runner.record(committed, retry))
+        core = b.embedded.broker.core
+        refused = lambda fresh, v: core.verdict_refused(  # noqa: E731
+            v, cancel_requested=fresh.cancel_requested)
+        final = b.run(b.embedded.broker.runner.record(committed, retry, refused))
         assert (final.state, final.retries) == (JobState.CANCELLED, 0)
         stored = store.get(job_id)
         assert stored is not None and stored.state is JobState.CANCELLED

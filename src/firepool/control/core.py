@@ -42,7 +42,14 @@ from firepool.control.actions import (
 from firepool.control.admission import admit
 from firepool.control.borrowing import plan_giveback
 from firepool.control.budgets import BudgetLedger
-from firepool.control.dispatch import AttemptEnd, QueuedJob, Verdict, dispatch_pass, judge
+from firepool.control.dispatch import (
+    AttemptEnd,
+    QueuedJob,
+    Verdict,
+    dispatch_pass,
+    judge,
+    no_retry_after_cancel,
+)
 from firepool.control.elastic_jobs import ElasticJobs, ElasticRules, ElasticStep
 from firepool.control.records import (
     ClaimRequest,
@@ -108,6 +115,7 @@ class Live:
     launched: bool = False  # LaunchAttempt was issued
     started: float = 0.0  # when it claimed its pods (reclaims preempt the youngest first)
     judged: bool = False  # its verdict went out before its pods' reset (`judge_before_reset`)
+    cancel_requested: bool = False  # the caller asked for no more attempts
 
 
 class BrokerCore:
@@ -157,6 +165,10 @@ class BrokerCore:
         self.reclaimed = 0  # attempts preempted that way
         self.units_asked = 0  # units asked back that could go (beyond what was leaving anyway)
         self.units_given = 0  # units the broker's give-back plans freed for them
+        # Jobs whose RecordVerdict is out and not yet reported stored, and the deletions of
+        # their attempts' pods that wait for it (`_after_verdict`).
+        self._unrecorded: set[str] = set()
+        self._deletes_after: dict[str, list[DeletePod]] = {}
 
     # ------------------------------------------------------------------ the queue
 
@@ -189,7 +201,9 @@ class BrokerCore:
     def cancel(self, job: str, now: float, *, terminal: bool) -> list[Action]:
         """A cancel request; `terminal` when the store already ended the job (it was queued)."""
         actions: list[Action] = []
-        if job in self.running:
+        live = self.running.get(job)
+        if live is not None:
+            live.cancel_requested = True  # its verdict, whenever judged, retries no more
             actions.append(StopAttempt(job, StopMode.CANCEL))
         elif terminal:
             self._dequeue(job)
@@ -347,12 +361,13 @@ class BrokerCore:
             return []
         if live.ticket.spec.kind is _ELASTIC and self.elastic is not None:
             return []
-        verdict = self._judge(live.ticket, end)
+        verdict = self._judge(live.ticket, end, cancel_requested=live.cancel_requested)
         if verdict.retry:
             return []
         live.judged = True
         self.tracker.ending(job)
         self._gen[live.lease.pool] += 1  # the scaler's demand changed (see `_demand`)
+        self._unrecorded.add(job)
         return [RecordVerdict(live.ticket, verdict)]
 
     def attempt_over(
@@ -368,23 +383,56 @@ class BrokerCore:
         pool = live.lease.pool
         self._gen[pool] += 1
         self._bump_caller(pool, live.ticket.caller)
-        actions = self._released(released)
         reclaimed = job in self._reclaiming
         self._reclaiming.discard(job)
+        verdicts: list[Action] = []
         if not live.judged:  # (a job reclaimed after its verdict ended on its own)
             verdict = self._judge(live.ticket, end)
             if reclaimed and verdict.state is not JobState.SUCCEEDED:
                 self.reclaimed += 1
                 verdict = reclaimed_verdict(end)
-            actions.append(RecordVerdict(live.ticket, verdict))
+            if live.cancel_requested:
+                verdict = no_retry_after_cancel(verdict)
+            self._unrecorded.add(job)
+            verdicts.append(RecordVerdict(live.ticket, verdict))
+        actions = self._after_verdict(job, self._released(released))
+        actions += verdicts
         actions.append(Reconcile(pool))  # restage standbys, retire, refill floors
         actions.append(DISPATCH)
         return actions
 
-    def _judge(self, ticket: Ticket, end: AttemptEnd) -> Verdict:
+    def _judge(
+        self, ticket: Ticket, end: AttemptEnd, *, cancel_requested: bool = False
+    ) -> Verdict:
         if ticket.spec.kind is _ELASTIC and self.elastic is not None:
-            return self.elastic.judge(ticket, end)
-        return judge(end, ticket.failures, ticket.spec.max_retries)
+            verdict = self.elastic.judge(ticket, end)
+            return no_retry_after_cancel(verdict) if cancel_requested else verdict
+        return judge(end, ticket.failures, ticket.spec.max_retries,
+                     cancel_requested=cancel_requested)
+
+    def verdict_refused(self, verdict: Verdict, *, cancel_requested: bool) -> Verdict:
+        """The store refused a verdict's write because the job's row changed under it (a
+        cancel request bumps its version; so does an earlier try that committed before its
+        connection broke), and the row still holds this attempt: what to write instead. The
+        cancel may have reached another broker's API, so the store's flag decides, not this
+        core's `cancel` event."""
+        return no_retry_after_cancel(verdict) if cancel_requested else verdict
+
+    def _after_verdict(self, job: str, actions: list[Action]) -> list[Action]:
+        """Keep back the deletions of `job`'s pods while its verdict is not stored: a pod
+        deleted first takes its agent's memory of the exit with it, and a broker killed in
+        between would find the job RUNNING with its pods gone and run it again. They go out
+        with `verdict_recorded` (or `verdict_unrecorded`)."""
+        if job not in self._unrecorded:
+            return actions
+        kept = self._deletes_after.setdefault(job, [])
+        out: list[Action] = []
+        for action in actions:
+            if isinstance(action, DeletePod):
+                kept.append(action)
+            else:
+                out.append(action)
+        return out
 
     def _released(self, released: ReleaseResult) -> list[Action]:
         actions: list[Action] = [HoldPod(pod, until) for pod, until in released.held]
@@ -394,8 +442,10 @@ class BrokerCore:
 
     def verdict_recorded(self, ticket: Ticket, state: JobState, now: float) -> list[Action]:
         """The store holds the verdict: `ticket` as the store has the job now (a retry has
-        its new attempt number), `state` its state (a cancel may have won the race)."""
-        actions: list[Action] = []
+        its new attempt number), `state` its state (a cancel may have won the race). The
+        attempt's pods held back for it may go now."""
+        self._unrecorded.discard(ticket.job)
+        actions: list[Action] = list(self._deletes_after.pop(ticket.job, ()))
         elastic = self.elastic
         if state is _QUEUED and not (ticket.spec.kind is _ELASTIC and elastic is not None):
             actions += self.submit(ticket, now)
@@ -405,6 +455,13 @@ class BrokerCore:
                 self._queue_gen[ticket.spec.pool] += 1
             actions += self._elastic(elastic.exited(ticket, state, now))
         return actions
+
+    def verdict_unrecorded(self, job: str, now: float) -> list[Action]:
+        """The driver gave up writing the verdict (the job's row is gone, or kept changing
+        under the write): the store has the job's truth, and the pods held back for the
+        verdict go, since nothing will report it stored."""
+        self._unrecorded.discard(job)
+        return list(self._deletes_after.pop(job, ()))
 
     # ------------------------------------------------------------------ pods
 
@@ -740,13 +797,15 @@ class BrokerCore:
             pool = ticket.spec.pool
             if pool in self._gen:
                 self._gen[pool] += 1
-            actions += self._released(released)
+            self._unrecorded.add(ticket.job)
+            actions += self._after_verdict(ticket.job, self._released(released))
         # The one rule every attempt's end goes through: reclaims are no failures, and an
         # elastic job's resizes are none either (its rounds count its failures).
         verdict = self._judge(
             ticket,
             AttemptEnd(pod_lost=True, message="its attempt was lost while the broker was down"),
         )
+        self._unrecorded.add(ticket.job)
         actions.append(RecordVerdict(ticket, verdict))
         return actions
 

@@ -112,9 +112,32 @@ class Verdict:
         return self.state is JobState.QUEUED
 
 
-def judge(end: AttemptEnd, retries: int, max_retries: int) -> Verdict:
+def judge(
+    end: AttemptEnd, retries: int, max_retries: int, *, cancel_requested: bool = False
+) -> Verdict:
     """Decide the job's fate. Cancellation and timeouts are final; every other failure is
-    retried while `retries < max_retries`, as a new attempt with a new id."""
+    retried while `retries < max_retries`, as a new attempt with a new id, unless the caller
+    asked for a cancel meanwhile (`no_retry_after_cancel`)."""
+    verdict = _judged(end, retries, max_retries)
+    return no_retry_after_cancel(verdict) if cancel_requested else verdict
+
+
+def no_retry_after_cancel(verdict: Verdict) -> Verdict:
+    """A cancel that landed after the attempt ended (while its pods were reset, or while its
+    verdict was being written) asked for no more attempts: a retry becomes CANCELLED, with the
+    attempt's exit code kept. A terminal verdict stands: the attempt ended before the cancel
+    could change how."""
+    if not verdict.retry:
+        return verdict
+    return Verdict(
+        JobState.CANCELLED,
+        ErrorCode.CANCELLED,
+        verdict.exit_code,
+        "cancelled after its attempt ended, before a retry",
+    )
+
+
+def _judged(end: AttemptEnd, retries: int, max_retries: int) -> Verdict:
     code = end.exit_code
     if end.cancelled:
         return Verdict(JobState.CANCELLED, ErrorCode.CANCELLED, code, end.message)

@@ -28,7 +28,6 @@ from firepool.control.gang import (
 )
 from firepool.control.records import Lease, Ticket
 from firepool.model import (
-    ErrorCode,
     FirepoolError,
     JobState,
     LostRaceError,
@@ -452,9 +451,13 @@ class AttemptRunner:
         results = await asyncio.gather(*(reset(p.name) for p in lease.pods))
         return [pod for pod in results if pod is not None]
 
-    async def record(self, job: JobRecord, verdict: Verdict) -> JobRecord:
+    async def record(
+        self, job: JobRecord, verdict: Verdict, refused: Callable[[JobRecord, Verdict], Verdict]
+    ) -> JobRecord:
         """Write the verdict; returns the job as the store holds it afterwards. While the
-        store is unavailable the verdict is kept here and written once it is back."""
+        store is unavailable the verdict is kept here and written once it is back. When the
+        row changed under the write and still holds this attempt, `refused` (the core's
+        `verdict_refused`) says what to write instead, given the row as it is now."""
         for _ in range(5):
             try:
                 return await until_stored(
@@ -474,15 +477,7 @@ class AttemptRunner:
                 if fresh.retries != job.retries:
                     return fresh
                 job = fresh
-                if job.cancel_requested and verdict.retry:
-                    # The cancel landed after the attempt ended, while its verdict was being
-                    # written: the caller asked for no more attempts, so there is no retry.
-                    verdict = Verdict(
-                        JobState.CANCELLED,
-                        ErrorCode.CANCELLED,
-                        verdict.exit_code,
-                        "cancelled while its attempt's verdict was recorded",
-                    )
+                verdict = refused(fresh, verdict)
         raise LostRaceError(f"job {job.id}: could not record its verdict", field="version")
 
     async def _write(self, job: JobRecord, verdict: Verdict) -> JobRecord:

@@ -51,7 +51,7 @@ from firepool.control.actions import (
 from firepool.control.borrowing import borrowed_limit
 from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore, CoreConfig
-from firepool.control.dispatch import AttemptEnd
+from firepool.control.dispatch import AttemptEnd, Verdict
 from firepool.control.records import Ticket
 from firepool.control.reservations import ReservationRules
 from firepool.control.rollout import RolloutProgress
@@ -102,10 +102,6 @@ class BrokerConfig:
     gang_reservations: ReservationRules | None = None
     #: How often the capacity source is read (the broker paper's default: 10 s).
     capacity_poll_s: float = 10.0
-
-
-#: The longest an ended attempt's pods wait for its verdict to be written before deletion.
-VERDICT_WAIT_S = 60.0
 
 
 def ticket_of(job: JobRecord) -> Ticket:
@@ -179,7 +175,6 @@ class Broker:
         # makes the write lose its race, and `AttemptRunner.record` then re-reads).
         self._ended: dict[str, JobRecord] = {}
         # Each job's verdict write in flight: its ended attempt's pods wait for it.
-        self._recording: dict[str, asyncio.Task[None]] = {}
         self._resync = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
@@ -279,7 +274,6 @@ class Broker:
             elif isinstance(action, RecordVerdict):
                 job_id = action.ticket.job
                 task = self.pods.spawn(self._record(action, self._ended.get(job_id)))
-                self._recording[job_id] = task
                 task.add_done_callback(functools.partial(self._recorded, job_id))
             elif isinstance(action, StopAttempt):
                 self._stop(action)
@@ -630,28 +624,20 @@ class Broker:
             self.running.pop(job_id, None)
             self.telemetry.attempt_ended(running, self.clock(), len(unclean))
             running.ticket = ticket_of(running.job)
-            actions = self.core.attempt_over(job_id, end, unclean, self.clock())
-            # The attempt's pods go only once its verdict is durable: a pod deleted first
-            # takes its agent's memory of the exit with it, and a broker killed in between
-            # would find the job RUNNING with its pods gone and run it again.
-            mine = {p.name for p in running.lease.pods}
-            later = [a for a in actions if isinstance(a, DeletePod) and a.pod in mine]
-            self.act([a for a in actions if a not in later])
-            if later:
-                self.pods.spawn(self._delete_after_verdict(job_id, later))
+            # (The core holds the deletion of the attempt's pods until its verdict is stored.)
+            self.act(self.core.attempt_over(job_id, end, unclean, self.clock()))
         finally:
             self._ended.pop(job_id, None)
 
-    def _recorded(self, job_id: str, task: asyncio.Task[None]) -> None:
-        if self._recording.get(job_id) is task:
-            del self._recording[job_id]
-
-    async def _delete_after_verdict(self, job_id: str, deletes: list[DeletePod]) -> None:
-        recording = self._recording.get(job_id)
-        if recording is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(recording), VERDICT_WAIT_S)
-        self.act(deletes)
+    def _recorded(self, job_id: str, task: asyncio.Task[bool]) -> None:
+        """A verdict's write ended: if it never reported the verdict stored (it failed, or
+        the job's row is gone), the core is told, so the pods it holds back for it go. One
+        cancelled by the broker's shutdown leaves them: recovery finds the job RUNNING, and
+        its pods tell what became of the attempt."""
+        if task.cancelled():
+            return
+        if task.exception() is not None or not task.result():
+            self.act(self.core.verdict_unrecorded(job_id, self.clock()))
 
     async def _mark_pods(self, running: Running) -> bool:
         """Step 4, best effort and off the critical path: ownership annotations. Whether
@@ -664,9 +650,10 @@ class Broker:
             )
         return marked
 
-    async def _record(self, action: RecordVerdict, ended: JobRecord | None = None) -> None:
+    async def _record(self, action: RecordVerdict, ended: JobRecord | None = None) -> bool:
         """Write the core's verdict. `ended` is the attempt's committed record when the
-        verdict follows its end in this process; otherwise the store is read."""
+        verdict follows its end in this process; otherwise the store is read. Whether the
+        core was told the verdict is stored."""
         ticket = action.ticket
         running_job = ended
         if running_job is None or running_job.retries != ticket.retries:
@@ -674,14 +661,18 @@ class Broker:
                 lambda: asyncio.to_thread(self.store.get, ticket.job), what=f"job {ticket.job}"
             )
         if running_job is None:
-            return
-        final = await self.runner.record(running_job, action.verdict)
+            return False
+        final = await self.runner.record(running_job, action.verdict, self._verdict_refused)
         self.telemetry.job_finished(final.spec.pool, final.state, final.error_class)
         if final.state is JobState.QUEUED:
             self._remember(final)
         elif final.state.terminal:
             self.job_finished(final)
         self.act(self.core.verdict_recorded(ticket_of(final), final.state, self.clock()))
+        return True
+
+    def _verdict_refused(self, fresh: JobRecord, verdict: Verdict) -> Verdict:
+        return self.core.verdict_refused(verdict, cancel_requested=fresh.cancel_requested)
 
     async def _fail_queued(self, action: FailQueued) -> None:
         job = await until_stored(

@@ -284,6 +284,14 @@ class SimBroker:
         self.loop.after(self.venue.accept.sample(self.rng), self._accepted, job)
         return job
 
+    def cancel(self, job: str) -> None:
+        """The caller cancels, as the API records it: a queued job ends CANCELLED in the
+        store at once; a running one is flagged, and the core stops it and retries it no
+        more (a cancel during its pods' reset included)."""
+        record = self.store.cancel(job, now=self.loop.now)
+        self.records[job] = record
+        self._act(self.core.cancel(job, self.loop.now, terminal=record.state.terminal))
+
     def _accepted(self, job: str) -> None:
         # The broker sees the job when the API's commit is done: that instant is its queue
         # time (a pod created after it is `new`, not `warm`).

@@ -214,29 +214,29 @@ class SimBroker:
     # ---------------------------------------------------------------- executing actions
     def _act(self, actions: list[Action]) -> None:
         for action in actions:
-            kind = type(action)
-            if kind is Dispatch:
-                self._wake_dispatch()
-            elif kind is Reconcile:
-                self._wake_reconcile(action.pool)  # type: ignore[union-attr]
-            elif kind is StartAttempt:
-                self._commit(action)  # type: ignore[arg-type]
-            elif kind is LaunchAttempt:
-                self._launch(action.job)  # type: ignore[union-attr]
-            elif kind is HoldPod:
-                self.loop.at(action.until, self._tick)  # type: ignore[union-attr]
-            elif kind is DeletePod:
-                self.backend.delete(action.pod)  # type: ignore[union-attr]
-            elif kind is CreatePod:
-                self.backend.create(action.order.pod)  # type: ignore[union-attr]
-            elif kind is RecordVerdict:
-                self._record(action)  # type: ignore[arg-type]
-            elif kind is StopAttempt:
-                self._stop(action)  # type: ignore[arg-type]
-            elif kind is FailQueued:
-                self._fail_queued(action)  # type: ignore[arg-type]
-            elif kind is InjectFailure:
-                self.loop.at(action.at, self._failure_due, action)  # type: ignore[union-attr]
+            match action:
+                case Dispatch():
+                    self._wake_dispatch()
+                case Reconcile():
+                    self._wake_reconcile(action.pool)
+                case StartAttempt():
+                    self._commit(action)
+                case LaunchAttempt():
+                    self._launch(action.job)
+                case HoldPod():
+                    self.loop.at(action.until, self._tick)
+                case DeletePod():
+                    self.backend.delete(action.pod)
+                case CreatePod():
+                    self.backend.create(action.order.pod)
+                case RecordVerdict():
+                    self._record(action)
+                case StopAttempt():
+                    self._stop(action)
+                case FailQueued():
+                    self._fail_queued(action)
+                case InjectFailure():
+                    self.loop.at(action.at, self._failure_due, action)
 
     # ---------------------------------------------------------------- submission
     def _spec(self, req: JobRequest) -> JobSpec:

@@ -19,9 +19,10 @@ import pytest
 
 from firepool.control.dispatch import AttemptEnd, judge
 from firepool.model import AcquisitionPath, ConfigError, ErrorCode, JobSpec, PodState, PoolSpec
-from firepool.service.broker import BrokerConfig, ticket_of
+from firepool.service.broker import BrokerConfig
 from firepool.service.capacity import FileCapacitySource, open_capacity_source, parse_reading
 from firepool.service.catalog import Catalog
+from firepool.service.tickets import ticket_of
 from firepool.store import PodBinding, open_store
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
 from firepool.testing.switch import Switch

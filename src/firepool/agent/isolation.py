@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from firepool.agent import procfs
+from firepool.agent.emptying import empty_dir
 from firepool.protocol import IsolationMode
 
 log = logging.getLogger("firepool.agent")
@@ -625,8 +626,6 @@ def owned_leftovers(uid: int, roots: list[str]) -> list[str]:
 
 def remove_tree(path: str) -> None:
     """Remove a file or a directory tree without following symlinks."""
-    from firepool.agent.reset import empty_dir
-
     st = os.lstat(path)
     if stat.S_ISDIR(st.st_mode):
         os.chmod(path, 0o700)  # a job may have left its directory unwritable

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from firepool.agent import isolation, netns, procfs
 from firepool.agent.cgroups import PodCgroups
+from firepool.agent.emptying import empty_dir
 from firepool.agent.isolation import Scratch
 from firepool.protocol import ResetResult
 
@@ -175,39 +176,6 @@ def escaped_processes(
         and p.start_ticks >= ctx.pod_start_ticks
         and procfs.environ_has(p.pid, ctx.marker)
     ]
-
-
-def _empty_fd(fd: int) -> int:
-    removed = 0
-    with os.scandir(fd) as it:
-        entries = list(it)
-    for entry in entries:
-        if entry.is_dir(follow_symlinks=False):
-            sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            try:
-                removed += _empty_fd(sub)
-            finally:
-                os.close(sub)
-            os.rmdir(entry.name, dir_fd=fd)
-        else:
-            os.unlink(entry.name, dir_fd=fd)
-        removed += 1
-    return removed
-
-
-def empty_dir(path: Path) -> int:
-    """Remove everything inside `path`, never following symlinks; returns entries removed.
-    Works on directory descriptors: no path is resolved twice, and a symlink planted by a job
-    cannot redirect the deletion outside the pod."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        path.mkdir(parents=True, exist_ok=True)
-        return 0
-    try:
-        return _empty_fd(fd)
-    finally:
-        os.close(fd)
 
 
 def _is_empty(path: Path) -> bool:

@@ -26,7 +26,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from firepool.agent.reset import empty_dir
+from firepool.agent.emptying import empty_dir
 from firepool.agent.unpack import unpack
 from firepool.backends.agent_client import AgentClient
 from firepool.backends.local import LocalBackend

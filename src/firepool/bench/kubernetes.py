@@ -64,8 +64,9 @@ from firepool.control.core import BrokerCore, CoreConfig
 from firepool.control.recovery import ListedPod, plan_recovery
 from firepool.model import FirepoolError, JobSpec, PoolSpec
 from firepool.service.attempt import AttemptRunner, Running
-from firepool.service.broker import BrokerConfig, ticket_of
+from firepool.service.broker import BrokerConfig
 from firepool.service.pods import PodManager
+from firepool.service.tickets import ticket_of
 from firepool.service.tuning import run_serving, tune_gc_for_serving
 from firepool.store import JobRecord, SqlJobStore, open_store
 from firepool.store.logs import RankLogStorage

@@ -34,7 +34,7 @@ from typing import Any
 from firepool.backends.base import PodCreate
 from firepool.backends.kubernetes import KubernetesBackend
 from firepool.bench.common import machine, percentile, print_table, write_json
-from firepool.bench.warm_start import measure
+from firepool.bench.warm_start_parts import measure
 from firepool.image import build_pool_image
 from firepool.model import PoolSpec
 from firepool.service.catalog import Catalog

@@ -76,7 +76,9 @@ from firepool.service.capacity import CapacitySource
 from firepool.service.elastic import ElasticConfig, ElasticDriver
 from firepool.service.outage import until_stored
 from firepool.service.pods import PodManager
+from firepool.service.recovery import recover, sweep_exclusivity
 from firepool.service.telemetry import BrokerTelemetry, HeldClock, held_counts
+from firepool.service.tickets import ticket_of
 from firepool.store import JobRecord, JobStore
 
 log = logging.getLogger("firepool.service")
@@ -102,12 +104,6 @@ class BrokerConfig:
     gang_reservations: ReservationRules | None = None
     #: How often the capacity source is read (the broker paper's default: 10 s).
     capacity_poll_s: float = 10.0
-
-
-def ticket_of(job: JobRecord) -> Ticket:
-    """The core's view of a stored job."""
-    submitted = job.timings.get("submitted") or 0.0
-    return Ticket(job.id, job.caller, job.spec, submitted, job.retries, job.reclaims)
 
 
 class Broker:
@@ -206,8 +202,6 @@ class Broker:
 
     async def start(self, base_url: str) -> None:
         """Recover, reconcile once, then run the loops. `base_url` is where agents reach us."""
-        from firepool.service.recovery import recover, sweep_exclusivity
-
         self._loop = asyncio.get_running_loop()
         self.base_url = base_url
         await pool_edits.restore(self)  # before recovery adopts pods of an edited template

@@ -22,6 +22,7 @@ from firepool.control.recovery import (
 from firepool.model import FirepoolError, JobState, NotFoundError
 from firepool.protocol import AttemptStatus, LogAck
 from firepool.service.attempt import RankLogSink, Running
+from firepool.service.tickets import ticket_of
 from firepool.store.records import JobRecord
 
 if TYPE_CHECKING:
@@ -41,8 +42,6 @@ RECOVERY_RESET_TIMEOUT_S = 10.0
 
 
 async def recover(broker: Broker) -> None:
-    from firepool.service.broker import ticket_of
-
     records = {r.name: r for r in await broker.backend.list_pods()}
     # One read for both: the queue is handed to the dispatcher, whose first pass then runs
     # without a read of its own (restart to dispatching is on every queued job's path).
@@ -125,8 +124,6 @@ async def recover(broker: Broker) -> None:
 
 async def _ended_jobs(broker: Broker, ids: set[str]) -> dict[str, tuple[JobRecord, EndedJob]]:
     """The jobs busy-marked pods name that the store holds as ended (terminal)."""
-    from firepool.service.broker import ticket_of
-
     out: dict[str, tuple[JobRecord, EndedJob]] = {}
     for job_id in sorted(ids):
         job = await asyncio.to_thread(broker.store.get, job_id)

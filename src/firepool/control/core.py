@@ -21,7 +21,7 @@ would have changed nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from firepool.control.actions import (
@@ -63,6 +63,7 @@ from firepool.control.records import (
     Wait,
     WaitReason,
 )
+from firepool.control.recovery import exclusive_groups
 from firepool.control.reservations import GangReservations, ReservationRules
 from firepool.control.rollout import RolloutProgress, applied_spec, rollout_progress
 from firepool.control.scaler import QueuedDemand, ScalerConfig, plan
@@ -771,6 +772,27 @@ class BrokerCore:
             self.ledger.try_reserve(spec.budget_resource, holder, spec.units_per_pod)
         self._gen[snap.pool] += 1
         self._fresh_gen[snap.pool] += 1
+
+    def reset_then_held(self, snap: PodSnapshot, now: float) -> list[Action]:
+        """A pod of a job that ended during the outage, reset clean after the restart
+        (`control.recovery.ResetThenHold`): back into the tracker and held for the job's
+        session, as the release the broker did not live to make would have held it."""
+        self.restore_pod(snap)
+        return [HoldPod(snap.name, snap.hold_until)]
+
+    def devices_listed(self, devices: Mapping[str, Sequence[str]], now: float) -> list[Action]:
+        """A listing of every pod the backend has, with the devices each reports, while some
+        restored GPUs are not verified yet: the ones it shows exclusively ours open
+        (`control.recovery.exclusive_groups`)."""
+        unverified = self.tracker.unverified
+        members: dict[str, list[str]] = {}
+        for spec in self.specs.values():
+            if spec.is_gpu:
+                for pod in self.tracker.pool_pods(spec.name):
+                    if pod.group is not None and pod.group in unverified:
+                        members.setdefault(pod.group, []).append(pod.name)
+        opened = exclusive_groups(members, devices)
+        return self.exclusivity_verified(opened, now) if opened else []
 
     def exclusivity_verified(self, groups: Iterable[str], now: float) -> list[Action]:
         """The sweep after a restart verified these GPUs: their standbys may be promoted."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import Enum
 
 from firepool.control import pod_annotations
 from firepool.control.records import Lease, LeasedPod, PodSnapshot, Ticket
@@ -233,3 +234,40 @@ def _reason(value: str) -> AcquisitionReason:
         return AcquisitionReason(value)
     except ValueError:
         return AcquisitionReason.SAME_SESSION
+
+
+class ProbeAnswer(Enum):
+    """One rank's agent's word on the attempt a restarted broker asks it about."""
+
+    KNOWS = "knows"  # it answered with the attempt's status (running or exited)
+    UNKNOWN = "unknown"  # it answered that it does not know the attempt (never launched)
+    SILENT = "silent"  # it did not answer, after the probe's retries
+
+
+def reattach(answers: Sequence[ProbeAnswer], *, agents_fence: bool) -> bool:
+    """Whether a probed RUNNING job's attempt is re-attached (`BrokerCore.adopt`) rather than
+    lost. A rank whose agent does not know the attempt means it cannot be confirmed whole, so
+    it is lost (its pods released unclean and deleted, which ends whatever still runs of it).
+    A silent rank is re-attached only where agents fence themselves: the runner then declares
+    the pod lost once its agent has had time to fence, so a partitioned agent's attempt never
+    runs twice at once; where agents never fence, a silent rank is as good as unknown."""
+    if ProbeAnswer.UNKNOWN in answers:
+        return False
+    return agents_fence or ProbeAnswer.SILENT not in answers
+
+
+def exclusive_groups(
+    unverified: Mapping[str, Iterable[str]], devices: Mapping[str, Sequence[str]]
+) -> list[str]:
+    """The GPUs (pod groups, `unverified`: group -> its restored pods) that a listing of every
+    pod the backend has (`devices`: pod -> the devices it reports) shows as exclusively the
+    group's: each card its pods use is used by no pod outside the group. A group whose pods
+    report no device stays closed: nothing shows the card is not shared."""
+    out: list[str] = []
+    for group, members in unverified.items():
+        names = set(members)
+        cards = {d for n in names for d in devices.get(n, ())}
+        users = {pod for pod, used in devices.items() if cards.intersection(used)}
+        if cards and users <= names:
+            out.append(group)
+    return out

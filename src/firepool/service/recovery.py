@@ -8,16 +8,16 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from firepool.backends.base import PodRecord
-from firepool.control.actions import HoldPod
 from firepool.control.recovery import (
     Binding,
     EndedJob,
     ListedPod,
+    ProbeAnswer,
     ResetThenHold,
     RunningJob,
     busy_jobs,
     plan_recovery,
+    reattach,
 )
 from firepool.model import FirepoolError, JobState, NotFoundError
 from firepool.protocol import AttemptStatus, LogAck
@@ -162,8 +162,7 @@ async def _reset_then_hold(
         broker.pods.spawn(broker.backend.delete(name))
         count("pod_deleted").inc()
         return
-    broker.core.restore_pod(step.held)
-    broker.act([HoldPod(name, step.held.hold_until)])
+    broker.act(broker.core.reset_then_held(step.held, broker.clock()))
     count("pod_reset_held").inc()
 
 
@@ -178,32 +177,28 @@ async def _probe_ranks(
     the attempt is re-attached and the runner declares the pod lost only once its agent has
     had time to fence (a partitioned agent's attempt is never run twice at once)."""
     answers = await asyncio.gather(*(_probe(broker, job, b.pod) for b in job.bindings))
-    if any(a is _UNKNOWN for a in answers):
-        return None
-    if any(a is _SILENT for a in answers) and broker.silence_s(job.ticket.spec.pool) is None:
+    words = [a if isinstance(a, ProbeAnswer) else ProbeAnswer.KNOWS for a in answers]
+    fences = broker.silence_s(job.ticket.spec.pool) is not None
+    if not reattach(words, agents_fence=fences):
         return None
     return [a if isinstance(a, AttemptStatus) else None for a in answers]
 
 
-_UNKNOWN = object()  # the agent answered: it does not know the attempt
-_SILENT = object()  # the agent did not answer
-
-
-async def _probe(broker: Broker, job: RunningJob, pod: str) -> object:
-    """One rank's agent's word on the attempt (an `AttemptStatus`), retried with backoff
-    while the agent does not answer; `_UNKNOWN` when it does not know the attempt (never
-    launched), `_SILENT` when it never answers."""
+async def _probe(broker: Broker, job: RunningJob, pod: str) -> AttemptStatus | ProbeAnswer:
+    """One rank's agent's word on the attempt (its `AttemptStatus`), retried with backoff
+    while the agent does not answer; `ProbeAnswer.UNKNOWN` when it does not know the attempt
+    (never launched), `ProbeAnswer.SILENT` when it never answers."""
     for attempt in range(PROBE_TRIES):
         try:
             return await asyncio.wait_for(
                 broker.pods.agent(pod).status(job.ticket.attempt), PROBE_TIMEOUT_S
             )
         except NotFoundError:
-            return _UNKNOWN
+            return ProbeAnswer.UNKNOWN
         except (FirepoolError, OSError, TimeoutError):
             if attempt + 1 < PROBE_TRIES:
                 await asyncio.sleep(PROBE_BACKOFF_S * (attempt + 1))
-    return _SILENT
+    return ProbeAnswer.SILENT
 
 
 #: How often the exclusivity sweep reads the cards again while some are unverified.
@@ -223,25 +218,7 @@ async def sweep_exclusivity(broker: Broker) -> None:
             log.warning("exclusivity sweep could not list pods: %r", exc)
             records = None
         if records is not None:
-            open_ = exclusive_groups(broker, records)
-            if open_:
-                broker.act(broker.core.exclusivity_verified(open_, broker.clock()))
+            devices = {r.name: r.devices for r in records}
+            broker.act(broker.core.devices_listed(devices, broker.clock()))
         if tracker.unverified:
             await asyncio.sleep(SWEEP_RETRY_S)
-
-
-def exclusive_groups(broker: Broker, records: list[PodRecord]) -> list[str]:
-    members: dict[str, set[str]] = {}
-    for spec in broker.specs.values():
-        if spec.is_gpu:
-            for pod in broker.tracker.pool_pods(spec.name):
-                if pod.group in broker.tracker.unverified:
-                    members.setdefault(pod.group, set()).add(pod.name)
-    by_name = {r.name: r for r in records}
-    out: list[str] = []
-    for group, names in members.items():
-        cards = {d for n in names if n in by_name for d in by_name[n].devices}
-        users = {r.name for r in records if cards & set(r.devices)}
-        if cards and users <= names:
-            out.append(group)
-    return out

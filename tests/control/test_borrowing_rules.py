@@ -185,3 +185,16 @@ def test_reclaims_count_from_the_stored_ticket_so_a_restart_changes_no_retry_dec
     after.finish(exit_code=3)  # the second one is over the limit
     after.settle()
     assert after.finished[job] is JobState.FAILED
+
+
+def test_a_reading_of_borrowable_capacity_raises_the_own_budget_and_a_later_one_lowers_it() -> None:
+    driver = StepDriver.of([POOL], budgets={"H200": 2}, config=CoreConfig(elastic=None))
+    core = driver.core
+    driver.act(core.borrowable_read({"H200": 3}, driver.now))
+    assert core.ledger.limit("H200") == 5  # its own 2 plus the 3 it may borrow
+    driver.act(core.borrowable_read({"H200": 1}, driver.now))
+    assert core.ledger.limit("H200") == 3  # from its own budget, not from the last limit
+    driver.act(core.borrowable_read({}, driver.now))  # the reading no longer names it
+    assert core.ledger.limit("H200") == 2
+    driver.act(core.borrowable_read({"CPU": 4}, driver.now))  # a resource not limited here
+    assert core.ledger.limit("CPU") is None

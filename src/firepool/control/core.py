@@ -40,7 +40,7 @@ from firepool.control.actions import (
     StopMode,
 )
 from firepool.control.admission import admit
-from firepool.control.borrowing import plan_giveback
+from firepool.control.borrowing import borrowed_limit, plan_giveback
 from firepool.control.budgets import BudgetLedger
 from firepool.control.dispatch import (
     AttemptEnd,
@@ -163,6 +163,9 @@ class BrokerCore:
         # Jobs preempted to give borrowed capacity back. Their `Reclaimed` attempts are
         # counted by the store (`Ticket.reclaims`), so they never use up `max_retries`.
         self._reclaiming: set[str] = set()
+        # Each resource's budget of the broker's own, as its ledger had it before the first
+        # reading of borrowable capacity raised it (`borrowable_read`).
+        self._own_budget: dict[str, int | None] = {}
         self.reclaimed = 0  # attempts preempted that way
         self.units_asked = 0  # units asked back that could go (beyond what was leaving anyway)
         self.units_given = 0  # units the broker's give-back plans freed for them
@@ -665,6 +668,20 @@ class BrokerCore:
         return progress
 
     # ------------------------------------------------------------------ borrowed capacity
+
+    def borrowable_read(self, reading: Mapping[str, int], now: float) -> list[Action]:
+        """A capacity controller's reading: per resource, the units its owners reserved and
+        are not using, which this broker may borrow. Each limit becomes the broker's own
+        budget plus that (`control.borrowing.borrowed_limit`); a resource the reading no
+        longer names lends nothing, and an unlimited one stays unlimited. Readings repeat."""
+        actions: list[Action] = []
+        for resource in sorted(set(reading) | set(self._own_budget)):
+            if resource not in self._own_budget:
+                self._own_budget[resource] = self.ledger.limit(resource)
+            limit = borrowed_limit(self._own_budget[resource], reading.get(resource, 0))
+            if limit is not None:
+                actions += self.capacity_changed(resource, limit, now)
+        return actions
 
     def capacity_changed(self, resource: str, limit: int | None, now: float) -> list[Action]:
         """The capacity controller's reading: the broker may hold `limit` units of

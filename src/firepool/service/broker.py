@@ -48,7 +48,6 @@ from firepool.control.actions import (
     StopAttempt,
     StopMode,
 )
-from firepool.control.borrowing import borrowed_limit
 from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore, CoreConfig
 from firepool.control.dispatch import AttemptEnd, Verdict
@@ -185,8 +184,6 @@ class Broker:
         self.telemetry = BrokerTelemetry()  # served at /metrics through `metric_collectors`
         self._held = HeldClock(clock())
         self.capacity = capacity
-        # The budget this broker owns, per resource, before anything is borrowed.
-        self._own_budget: dict[str, int | None] = {}
         self._reading: dict[str, int] = {}  # the capacity source's last good reading
         self._pool_edit_lock = asyncio.Lock()
         self._started: float | None = None
@@ -781,16 +778,8 @@ class Broker:
             await asyncio.sleep(self.config.capacity_poll_s)
 
     def capacity_reading(self, reading: dict[str, int]) -> None:
-        """Feed one reading to the core: each resource's limit is this broker's own budget
-        plus what it may borrow (a resource the reading no longer names lends nothing)."""
-        now = self.clock()
-        for resource in sorted(set(reading) | set(self._own_budget)):
-            if resource not in self._own_budget:
-                self._own_budget[resource] = self.ledger.limit(resource)
-            limit = borrowed_limit(self._own_budget[resource], reading.get(resource, 0))
-            if limit is None:
-                continue  # unlimited here: nothing to borrow
-            self.act(self.core.capacity_changed(resource, limit, now))
+        """Feed one reading of borrowable capacity to the core."""
+        self.act(self.core.borrowable_read(reading, self.clock()))
 
     # ------------------------------------------------------------------ keep-alive
 

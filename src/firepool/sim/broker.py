@@ -528,9 +528,10 @@ class SimBroker:
         """An operator applied a changed catalog entry (a template rollout, if it is one)."""
         self._act(self.core.set_pool(spec, self.loop.now))
 
-    def capacity(self, resource: str, limit: int | None) -> None:
-        """A capacity controller's reading, as the service's poll feeds it."""
-        self._act(self.core.capacity_changed(resource, limit, self.loop.now))
+    def borrowable(self, reading: dict[str, int]) -> None:
+        """A capacity controller's reading of what may be borrowed, as the service's poll
+        feeds it."""
+        self._act(self.core.borrowable_read(reading, self.loop.now))
         self.backend.hold(self.ledger.total_used())
 
     def _tick(self, _: object = None) -> None:

@@ -82,7 +82,7 @@ def borrowing_cell(seed: int) -> dict[str, Any]:
         submit(f"caller-{i}")
 
     def poll(_: object = None) -> None:
-        broker.capacity(MODEL, OWN + ctl.unused)
+        broker.borrowable({MODEL: ctl.unused})
         if loop.now < end:
             loop.after(POLL_S, poll)
 

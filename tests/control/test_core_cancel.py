@@ -29,10 +29,10 @@ def _verdicts(actions: list[Action]) -> list[Verdict]:
 def test_a_retry_becomes_cancelled_with_its_exit_code_kept() -> None:
     retry = judge(AttemptEnd(exit_code=3), 0, 1)
     assert retry.retry
-    cancelled = judge(AttemptEnd(exit_code=3), 0, 1, cancel_requested=True)
+    cancelled = no_retry_after_cancel(judge(AttemptEnd(exit_code=3), 0, 1))
     assert (cancelled.state, cancelled.error_class, cancelled.exit_code) == (
         JobState.CANCELLED, ErrorCode.CANCELLED, 3)
-    final = judge(AttemptEnd(exit_code=0), 0, 1, cancel_requested=True)
+    final = no_retry_after_cancel(judge(AttemptEnd(exit_code=0), 0, 1))
     assert final.state is JobState.SUCCEEDED  # the attempt ended before the cancel
     assert no_retry_after_cancel(final) is final
 

@@ -395,8 +395,7 @@ class BrokerCore:
             if reclaimed and verdict.state is not JobState.SUCCEEDED:
                 self.reclaimed += 1
                 verdict = reclaimed_verdict(end)
-            if live.cancel_requested:
-                verdict = no_retry_after_cancel(verdict)
+            verdict = self.verdict_refused(verdict, cancel_requested=live.cancel_requested)
             self._unrecorded.add(job)
             verdicts.append(RecordVerdict(live.ticket, verdict))
         actions = self._after_verdict(job, self._released(released))
@@ -410,9 +409,9 @@ class BrokerCore:
     ) -> Verdict:
         if ticket.spec.kind is _ELASTIC and self.elastic is not None:
             verdict = self.elastic.judge(ticket, end)
-            return no_retry_after_cancel(verdict) if cancel_requested else verdict
-        return judge(end, ticket.failures, ticket.spec.max_retries,
-                     cancel_requested=cancel_requested)
+        else:
+            verdict = judge(end, ticket.failures, ticket.spec.max_retries)
+        return self.verdict_refused(verdict, cancel_requested=cancel_requested)
 
     def verdict_refused(self, verdict: Verdict, *, cancel_requested: bool) -> Verdict:
         """The store refused a verdict's write because the job's row changed under it (a
@@ -829,6 +828,7 @@ class BrokerCore:
         are left) are released as unclean, and the attempt is judged lost, so the retry
         respects `max_retries` like any other failure."""
         actions: list[Action] = []
+        self._unrecorded.add(ticket.job)  # its RecordVerdict is below: pods wait for it
         if self.tracker.job_pods(ticket.job):
             released = self.tracker.release(
                 ticket.job, now, unclean=list(self.tracker.job_pods(ticket.job))
@@ -836,7 +836,6 @@ class BrokerCore:
             pool = ticket.spec.pool
             if pool in self._gen:
                 self._gen[pool] += 1
-            self._unrecorded.add(ticket.job)
             actions += self._after_verdict(ticket.job, self._released(released))
         # The one rule every attempt's end goes through: reclaims are no failures, and an
         # elastic job's resizes are none either (its rounds count its failures).
@@ -844,7 +843,6 @@ class BrokerCore:
             ticket,
             AttemptEnd(pod_lost=True, message="its attempt was lost while the broker was down"),
         )
-        self._unrecorded.add(ticket.job)
         actions.append(RecordVerdict(ticket, verdict))
         return actions
 

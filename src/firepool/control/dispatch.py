@@ -112,16 +112,6 @@ class Verdict:
         return self.state is JobState.QUEUED
 
 
-def judge(
-    end: AttemptEnd, retries: int, max_retries: int, *, cancel_requested: bool = False
-) -> Verdict:
-    """Decide the job's fate. Cancellation and timeouts are final; every other failure is
-    retried while `retries < max_retries`, as a new attempt with a new id, unless the caller
-    asked for a cancel meanwhile (`no_retry_after_cancel`)."""
-    verdict = _judged(end, retries, max_retries)
-    return no_retry_after_cancel(verdict) if cancel_requested else verdict
-
-
 def no_retry_after_cancel(verdict: Verdict) -> Verdict:
     """A cancel that landed after the attempt ended (while its pods were reset, or while its
     verdict was being written) asked for no more attempts: a retry becomes CANCELLED, with the
@@ -137,7 +127,10 @@ def no_retry_after_cancel(verdict: Verdict) -> Verdict:
     )
 
 
-def _judged(end: AttemptEnd, retries: int, max_retries: int) -> Verdict:
+def judge(end: AttemptEnd, retries: int, max_retries: int) -> Verdict:
+    """Decide the job's fate. Cancellation and timeouts are final; every other failure is
+    retried while `retries < max_retries`, as a new attempt with a new id (unless a cancel
+    came meanwhile: `no_retry_after_cancel`, which the core applies to every verdict)."""
     code = end.exit_code
     if end.cancelled:
         return Verdict(JobState.CANCELLED, ErrorCode.CANCELLED, code, end.message)

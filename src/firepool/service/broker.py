@@ -169,7 +169,6 @@ class Broker:
         # write (saves a store read per job; a cancel that bumped the version in between
         # makes the write lose its race, and `AttemptRunner.record` then re-reads).
         self._ended: dict[str, JobRecord] = {}
-        # Each job's verdict write in flight: its ended attempt's pods wait for it.
         self._resync = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()

@@ -4,7 +4,8 @@ events and gets the same actions back, and tells it of the same attempt ends (wh
 attempt's verdict is judged from). Neither driver decides anything of its own: where they
 differ it is in timing only, which the comparison leaves out (timers' no-op events). A gang
 whose rank 1 fails checks the gang-exit rule (control/gang.py) the two drivers share: the
-other rank is stopped and the end names rank 1, in both."""
+other rank is stopped and the end names rank 1, in both. A cancel that arrives while the pods of
+a retryable failure are reset turns the retry into CANCELLED, in both."""
 
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ GANG_FAILS = ("import os, sys, time\n"
               "    time.sleep(120)\n")
 
 Trace = list[tuple[str, tuple[str, ...]]]
+#: Per core, what to do once `judge_before_reset` has judged a retry (nothing went out yet, the
+#: pods' reset is still to come): the test's cancel, sent the way each driver gets one.
+OnRetry = dict[int, Callable[[str], None]]
 
 
 @pytest.fixture
@@ -90,6 +94,23 @@ def ends(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[AttemptEnd]]:
 
         monkeypatch.setattr(BrokerCore, name, functools.wraps(original)(recorded))
     return seen
+
+
+@pytest.fixture
+def on_retry(monkeypatch: pytest.MonkeyPatch, traces: dict[int, Trace]) -> OnRetry:
+    """Wraps `judge_before_reset` over the recording (so the trace shows the judging first)."""
+    hooks: OnRetry = {}
+    original = BrokerCore.judge_before_reset
+
+    def judged(self: BrokerCore, job: str, end: AttemptEnd, now: float) -> Any:
+        actions = original(self, job, end, now)
+        hook = hooks.get(id(self))
+        if hook is not None and not actions and job in self.running:
+            hook(job)
+        return actions
+
+    monkeypatch.setattr(BrokerCore, "judge_before_reset", functools.wraps(original)(judged))
+    return hooks
 
 
 def _describe(action: Action) -> str:
@@ -128,16 +149,23 @@ def wait_until(check: Callable[[], bool]) -> None:
         time.sleep(0.02)
 
 
-def run_service(tmp_path: Path, script: Script, pool: PoolSpec = POOL) -> BrokerCore:
+def run_service(
+    tmp_path: Path, script: Script, pool: PoolSpec = POOL, cancel_retries: OnRetry | None = None
+) -> BrokerCore:
     """Runs the script, each job on `pool.min_count` pods (a torchrun gang when more than
     one); returns the broker's core (other tests' brokers may still be winding down in this
-    process, each with its own core, so traces are told apart by core)."""
+    process, each with its own core, so traces are told apart by core). With
+    `cancel_retries`, a failing job is cancelled as its retry is judged, as the API does it:
+    the store records the request, then the broker hears of it."""
     quiet = BrokerConfig(dispatch_tick_s=600.0, reconcile_s=600.0, hold_tick_s=600.0,
                          exit_poll_s=600.0)
     pods = pool.min_count
     gang = {"pods": pods, "topology": "torchrun"} if pods > 1 else {}
     with running_broker(tmp_path, catalog=Catalog((pool,), {"cpu": 4}), config=quiet) as broker:
         service = broker.embedded.broker
+        if cancel_retries is not None:
+            cancel_retries[id(service.core)] = lambda job: service.cancel_requested(
+                service.store.cancel(job, now=service.clock()))
         wait_until(lambda: broker.call(lambda: sum(
             p.state.value == "idle" for p in service.tracker.pool_pods("cpu")) >= pods))
         with broker.client() as client:
@@ -150,18 +178,22 @@ def run_service(tmp_path: Path, script: Script, pool: PoolSpec = POOL) -> Broker
                     body = FAIL_FIRST.format(code=code)
                 job = submit(client, pool="cpu", lease_tag=tag, max_retries=retries,
                              command=[sys.executable, "-c", body], **gang)
-                assert wait_job(client, job)["state"] == "SUCCEEDED"
+                expected = "CANCELLED" if code and cancel_retries is not None else "SUCCEEDED"
+                assert wait_job(client, job)["state"] == expected
                 wait_until(lambda: broker.call(lambda: not service.core.running
                                                and not service.pods._tasks))
         return service.core
 
 
 def run_sim(
-    script: Script, pool: PoolSpec = POOL, failing_rank: int = GANG_FAILING_RANK
+    script: Script, pool: PoolSpec = POOL, failing_rank: int = GANG_FAILING_RANK,
+    cancel_retries: OnRetry | None = None,
 ) -> BrokerCore:
     loop = EventLoop()
     broker = SimBroker(loop, PRESETS["production-cpu"], [pool], {"cpu": 4}, random.Random(0),
                        reconcile_s=600.0, dispatch_tick_s=600.0)
+    if cancel_retries is not None:
+        cancel_retries[id(broker.core)] = broker.cancel
     broker.warm_up()
     pods = pool.min_count
     topology = Topology.TORCHRUN if pods > 1 else Topology.NONE
@@ -170,7 +202,8 @@ def run_sim(
                                        exit_codes=(code,) if code else (), pods=pods,
                                        topology=topology, failing_rank=failing_rank))
         loop.run(stop=lambda j=job: broker.records[j].state.terminal)
-        assert broker.records[job].state.value == "SUCCEEDED"
+        expected = "CANCELLED" if code and cancel_retries is not None else "SUCCEEDED"
+        assert broker.records[job].state.value == expected
         loop.run(until=loop.now + 120.0)  # deletions and resets settle, as in the service
     return broker.core
 
@@ -218,3 +251,25 @@ def test_a_failing_gang_rank_gets_the_same_actions_and_end_from_both_drivers(
     # The comparison of ends can fail: the same gang failing on rank 0 ends otherwise.
     other = run_sim(GANG_SCRIPT, GANG_POOL, failing_rank=0)
     assert ends[id(other)] != ends[id(service_core)]
+
+
+def test_a_cancel_during_the_reset_of_a_retryable_failure_gets_the_same_actions_from_both(
+    tmp_path: Path, traces: dict[int, Trace], on_retry: OnRetry
+) -> None:
+    """The failing job of the script is cancelled once its retry is judged, while its pods
+    are reset: both drivers get the cancel's stop, then an `attempt_over` whose verdict is
+    CANCELLED (the jobs end so, checked in each run), and neither starts the retry."""
+    service_core = run_service(tmp_path / "service", SCRIPT, cancel_retries=on_retry)
+    sim_core = run_sim(SCRIPT, cancel_retries=on_retry)
+    service, sim = traces[id(service_core)], traces[id(sim_core)]
+    assert decisions(service) == decisions(sim)
+    assert deletions(service) == deletions(sim)
+    for trace in (service, sim):
+        last = len(trace) - 1 - [event for event, _ in reversed(trace)].index("committed")
+        after = [(event, acts) for event, acts in trace[last + 1:]
+                 if acts or event == "judge_before_reset"]
+        assert after[:3] == [("judge_before_reset", ()), ("cancel", ("StopAttempt",)),
+                             ("attempt_over", ("HoldPod", "RecordVerdict", "Reconcile",
+                                               "Dispatch"))], after
+    starts = [a for _event, acts in sim for a in acts if a.startswith("StartAttempt")]
+    assert len(starts) == len(SCRIPT)  # the cancelled retry never started

@@ -94,7 +94,8 @@ def test_mapping_covers_every_typed_error() -> None:
     def subclasses(cls: type[FirepoolError]) -> list[type[FirepoolError]]:
         return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
 
-    typed = {cls.code for cls in subclasses(FirepoolError) if cls.__module__ == "firepool.model"}
+    own = "firepool.model.errors"
+    typed = {cls.code for cls in subclasses(FirepoolError) if cls.__module__ == own}
     assert typed == set(ERROR_CLASSES)
     assert all(ERROR_CLASSES[code].code == code for code in ERROR_CLASSES)
     odd = error_from_body(500, {"error": "SomethingNew", "message": "later", "field": None})

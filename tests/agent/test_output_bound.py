@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from pod_helpers import backend_at, make_pod, py, read_log, run_job
-from test_agent_api import Pod
+from test_server_bad_input import Pod
 
 from firepool.agent.output import marker
 from firepool.model import PoolSpec

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 from pod_helpers import Loop, backend_at, make_pod, py, run_job
-from test_agent_api import Pod
+from test_server_bad_input import Pod
 
 from firepool.backends.agent_client import AgentClient
 from firepool.model import NotFoundError, PoolSpec

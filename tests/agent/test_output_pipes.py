@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from pod_helpers import backend_at, make_pod, py, read_log, run_job
-from test_agent_api import Pod
+from test_server_bad_input import Pod
 
 from firepool.agent import procfs
 from firepool.agent.layout import safe_name

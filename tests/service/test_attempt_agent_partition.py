@@ -116,7 +116,7 @@ def test_a_partitioned_agent_found_at_recovery_is_not_run_twice(tmp_path: Path) 
     """The broker restarts while a running attempt's agent is SIGSTOPped. Recovery cannot
     reach it; the attempt is re-attached rather than retried at once, and declared lost only
     after the agent's fence window, so the retry never runs beside a live first attempt."""
-    from test_crash_recovery import _CLEANUP, client, start_server, wait_state
+    from test_recovery_crash import _CLEANUP, client, start_server, wait_state
 
     from firepool.experiment.fault_targets import agent_pid
 

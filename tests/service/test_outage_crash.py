@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_crash_recovery import _CLEANUP, client, start_server, wait_state
-from test_output_across_crash import Home, read_all
+from test_recovery_crash import _CLEANUP, client, start_server, wait_state
+from test_recovery_output_across_crash import Home, read_all
 
 from firepool.testing.databases import start_private_server
 from firepool.testing.private_db import PrivateServer

@@ -4,7 +4,7 @@ admitted image is recorded with the job."""
 from __future__ import annotations
 
 from api_harness import Api
-from test_api_bad_input import error_of
+from test_errors_bad_input import error_of
 
 from firepool.client.errors import error_from_body
 from firepool.model import ImageNotAllowedError

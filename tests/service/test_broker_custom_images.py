@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_end_to_end import gone, pod_of, py, settled
+from test_broker_end_to_end import gone, pod_of, py, settled
 
 from firepool.model import PoolSpec, TokenRole
 from firepool.service.broker import BrokerConfig

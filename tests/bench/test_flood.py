@@ -1,5 +1,5 @@
 """`bench.flood`'s arithmetic on made-up phases: what it counts, what it leaves out, and the
-cost it derives (the live part runs in `test_bench_throughput.py`)."""
+cost it derives (the live part runs in `test_throughput.py`)."""
 
 from __future__ import annotations
 

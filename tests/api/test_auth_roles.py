@@ -1,6 +1,6 @@
 """Token roles: a caller token on an admin route gets a typed 403 and changes nothing; an admin
 token passes. (`PUT /v1/pools/{name}` is guarded by the same `require_admin`; the pod view per
-role is tested on real pods in tests/service/test_end_to_end.py.)"""
+role is tested on real pods in tests/service/test_broker_end_to_end.py.)"""
 
 from __future__ import annotations
 

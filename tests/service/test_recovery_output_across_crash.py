@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from test_crash_recovery import _CLEANUP, client, start_server, wait_state
+from test_recovery_crash import _CLEANUP, client, start_server, wait_state
 
 from firepool.testing.service import TERMINAL
 

@@ -168,7 +168,7 @@ def test_a_queued_job_survives_the_kill_and_runs_once(tmp_path: Path) -> None:
     """The pool's one pod runs a job that waits for the test's word; a second job waits in the
     queue behind it. After SIGKILL and restart, the first is re-attached and finishes, the
     queued one then runs: each exactly once, both SUCCEEDED without a retry."""
-    from test_output_across_crash import Home
+    from test_recovery_output_across_crash import Home
 
     data = tmp_path / "data"
     data.mkdir()

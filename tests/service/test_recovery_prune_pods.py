@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_crash_recovery import _CLEANUP, CATALOG, client, start_server
+from test_recovery_crash import _CLEANUP, CATALOG, client, start_server
 
 from firepool.agent import procfs
 from firepool.backends.base import PodRecord

@@ -91,7 +91,7 @@ SLOW = [PolluxPolicy(pop_size=12, n_gen=5), OakNsga2Policy(pop_size=12, n_gen=5)
 #: Lookahead penalise an idle job by 1, more than the MILP gap, so an idle job that fits in
 #: the leftover would raise their objective. (Gavel fills only with options that beat waiting
 #: a round; OAK, OAK-NSGA2 and sia-reference idle a job whose score does not beat their idle
-#: term, which test_sched_objectives.py checks exactly.)
+#: term, which test_milp_objectives.py checks exactly.)
 MAXIMAL = ("drf", "sia", "lookahead")
 
 
@@ -101,7 +101,7 @@ def test_every_policy_respects_capacity_and_one_configuration(r: RoundInput) -> 
     """Feasibility, and no policy may get it by assigning nothing: the work-conserving ones
     leave no idle job that fits in what they left free, and every other policy runs at least
     one job whenever some job fits the empty cluster. (Optimality of the MILP policies against
-    an independent objective: test_sched_objectives.py.)"""
+    an independent objective: test_milp_objectives.py.)"""
     any_worth = any(worth_running(r, j) for j in r.jobs)
     for policy in (*FAST, *SLOW):
         result = check_feasible(r, policy)

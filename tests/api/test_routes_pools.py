@@ -1,6 +1,6 @@
 """`/v1/pools` on an API with no broker behind it: the list carries no rollouts, and a pool
 edit is refused (403 for a caller, 503 Unavailable for an admin) with nothing changed. The
-edit through a whole broker is tested on real pods in tests/service/test_rollout.py."""
+edit through a whole broker is tested on real pods in tests/service/test_pool_edits_rollout.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The SDK waits out a store that cannot take writes (503 `StoreUnavailable`, `Retry-After`):
 both clients, the same code path; a submission retried through its idempotency key lands
 once. The database here is SQLite locked by another writer (real servers stopped and
-restarted: tests/service/test_store_restart.py)."""
+restarted: tests/service/test_outage_store_restart.py)."""
 
 from __future__ import annotations
 

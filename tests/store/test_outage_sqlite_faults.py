@@ -1,6 +1,6 @@
 """SQLite faults: locked by another writer, disk full. Each is a typed `StoreUnavailableError`
 and nothing of the refused write is in the database afterwards. (Server restarts under a
-running broker: tests/service/test_store_restart.py.)"""
+running broker: tests/service/test_outage_store_restart.py.)"""
 
 from __future__ import annotations
 

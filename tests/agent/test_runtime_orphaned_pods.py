@@ -13,13 +13,14 @@ from pod_helpers import EventSink, backend_at, make_pod, pods_processes, py
 from firepool.agent import procfs
 from firepool.backends.agent_client import AgentClient
 from firepool.backends.local import MIN_BROKER_SILENCE_S, LocalBackend, silence_bound
-from firepool.model import ConfigError, PoolSpec, UnavailableError
+from firepool.model import ConfigError, UnavailableError
 from firepool.protocol import LaunchRequest
+from firepool.testing.control import cpu_pool
 from firepool.testing.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
-POOL = PoolSpec(name="cpu", memory_mib_per_pod=256)
+POOL = cpu_pool(memory_mib_per_pod=256)
 
 
 def test_an_agent_whose_broker_went_silent_ends_its_pod_and_its_job() -> None:
@@ -48,9 +49,9 @@ def test_an_agent_whose_broker_went_silent_ends_its_pod_and_its_job() -> None:
 def test_the_silence_bound_is_the_pools_keep_alive_by_default() -> None:
     assert silence_bound(None, POOL) is None
     assert silence_bound(2.5, POOL) == 2.5
-    long = PoolSpec(name="cpu", idle_timeout=300.0)
+    long = cpu_pool(idle_timeout=300.0)
     assert silence_bound("keep-alive", long) == 300.0
-    short = PoolSpec(name="cpu", idle_timeout=1.0)
+    short = cpu_pool(idle_timeout=1.0)
     assert silence_bound("keep-alive", short) == MIN_BROKER_SILENCE_S  # outlasts a restart
 
 

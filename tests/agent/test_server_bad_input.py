@@ -19,11 +19,11 @@ from pod_helpers import Loop, backend_at, make_pod, run_job
 
 from firepool.backends.agent_client import AgentClient
 from firepool.backends.base import PodRecord
-from firepool.model import PoolSpec
+from firepool.testing.control import cpu_pool
 
 pytestmark = pytest.mark.timeout(120)
 
-POOL = PoolSpec(name="cpu", memory_mib_per_pod=256)
+POOL = cpu_pool(memory_mib_per_pod=256)
 
 
 class Pod:

@@ -24,14 +24,15 @@ from firepool.agent import procfs
 from firepool.agent.zygote import SPARE_NAME
 from firepool.backends.agent_client import AgentClient
 from firepool.backends.local import LocalBackend
-from firepool.model import ConfigError, PoolSpec
+from firepool.model import ConfigError
 from firepool.protocol import IsolationMode, LaunchRequest
+from firepool.testing.control import cpu_pool
 from firepool.testing.host import needs
 from firepool.testing.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
-POOL = PoolSpec(name="cpu", memory_mib_per_pod=256)
+POOL = cpu_pool(memory_mib_per_pod=256)
 
 
 class SparePod:

@@ -17,11 +17,12 @@ from firepool.backends.kubernetes.records import is_ours, to_record
 from firepool.backends.kubernetes.settings import PodTemplate, Templates
 from firepool.backends.kubernetes.spec import PodPlan, build_pod
 from firepool.backends.kubernetes.status import Phase
-from firepool.model import ConfigError, PodRole, PoolSpec
+from firepool.model import ConfigError, PodRole
+from firepool.testing.control import gpu_pool
 
 CODEC = AnnotationCodec("firepool.dev")
 SETTINGS = KubernetesSettings(namespace="ns")
-GPU = PoolSpec(name="h100", accelerator="H100", accelerators_per_pod=1, standbys_per_active=1)
+GPU = gpu_pool("h100", accelerator="H100", standbys_per_active=1)
 
 
 def created(

@@ -18,11 +18,12 @@ from firepool.backends.kubernetes.spec import (
     check_name,
 )
 from firepool.model import ConfigError, PodRole, PoolSpec
+from firepool.testing.control import cpu_pool, gpu_pool
 
 SECRET = "s3cr3t-value-that-must-not-leak"
-CPU = PoolSpec(name="cpu", cpus_per_pod=2, memory_mib_per_pod=4096)
-GPU = PoolSpec(name="h100", accelerator="H100", accelerators_per_pod=1, standbys_per_active=1)
-GANG = PoolSpec(name="h100x8", accelerator="H100", accelerators_per_pod=8, cpus_per_pod=96)
+CPU = cpu_pool(cpus_per_pod=2, memory_mib_per_pod=4096)
+GPU = gpu_pool("h100", accelerator="H100", standbys_per_active=1)
+GANG = gpu_pool("h100x8", accelerator="H100", accelerators_per_pod=8, cpus_per_pod=96)
 
 
 def plan(pool: PoolSpec, **kw: Any) -> PodPlan:
@@ -149,7 +150,7 @@ def test_custom_image_wins_over_template_and_pool() -> None:
     assert container(build(plan(CPU, template=template)))["image"] == template.image
     pinned = "registry.local/team/job@sha256:" + "a" * 64
     assert container(build(plan(CPU, template=template, image=pinned)))["image"] == pinned
-    own = PoolSpec(name="cpu2", image="registry.local/own:3")
+    own = cpu_pool("cpu2", image="registry.local/own:3")
     assert container(build(plan(own)))["image"] == "registry.local/own:3"
 
 

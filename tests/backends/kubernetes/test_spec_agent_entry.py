@@ -22,7 +22,8 @@ from firepool.backends.agent_client import AgentClient
 from firepool.backends.kubernetes.codec import AnnotationCodec
 from firepool.backends.kubernetes.settings import KubernetesSettings, PodTemplate
 from firepool.backends.kubernetes.spec import CONFIG_ENV, SECRET_ENV, PodPlan, build_pod
-from firepool.model import PodRole, PoolSpec
+from firepool.model import PodRole
+from firepool.testing.control import cpu_pool
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -46,7 +47,7 @@ def test_agent_runs_from_the_pod_specs_environment() -> None:
     secret = "pod-secret-" + "x" * 20
     plan = PodPlan(
         name="cpu-entry",
-        pool=PoolSpec(name="cpu", memory_mib_per_pod=512),
+        pool=cpu_pool(memory_mib_per_pod=512),
         role=PodRole.ACTIVE,
         secret=secret,
         created_at=0.0,

@@ -9,9 +9,10 @@ from pathlib import Path
 from firepool.api import create_app, issue_token
 from firepool.api.server import ServedApp
 from firepool.bench import api, dispatch
-from firepool.model import JobState, PoolSpec
+from firepool.model import JobState
 from firepool.packages import DiskPackageStore
 from firepool.store import open_store
+from firepool.testing.control import cpu_pool
 
 
 def test_dispatch_benchmark_writes_commits_per_s(tmp_path: Path) -> None:
@@ -53,7 +54,7 @@ def test_api_benchmark_counts_each_durable_submission_once(tmp_path: Path) -> No
     store holds nothing else but the warm-up requests (3 per connection)."""
     store = open_store(data_dir=tmp_path)
     packages = DiskPackageStore(tmp_path / "packages")
-    app = create_app(store, packages, [PoolSpec(name="cpu")], data_dir=tmp_path)
+    app = create_app(store, packages, [cpu_pool()], data_dir=tmp_path)
     token = issue_token(store, "bench")
     try:
         with ServedApp(app) as served:

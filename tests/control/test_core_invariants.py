@@ -47,6 +47,7 @@ from firepool.control.dispatch import AttemptEnd
 from firepool.control.records import Lease, Ticket
 from firepool.control.reservations import ReservationRules
 from firepool.model import JobSpec, JobState, LeaseTagMode, PodRole, PoolSpec
+from firepool.testing.control import cpu_pool, gpu_pool
 
 EXAMPLES = 400 if os.environ.get("CI") == "true" else 100
 LIMITS = {"H200": 3, "cpu": 4}
@@ -55,8 +56,7 @@ CPU_CALLER_LIMIT = 3
 
 def pools(mode: LeaseTagMode) -> list[PoolSpec]:
     return [
-        PoolSpec(
-            name="cpu",
+        cpu_pool(
             max_count=5,
             min_count=1,
             max_idle_count=1,
@@ -65,10 +65,7 @@ def pools(mode: LeaseTagMode) -> list[PoolSpec]:
             lease_tag_mode=mode,
             max_pods_per_caller=CPU_CALLER_LIMIT,
         ),
-        PoolSpec(
-            name="gpu",
-            accelerator="H200",
-            accelerators_per_pod=1,
+        gpu_pool(
             standbys_per_active=2,
             max_count=4,
             min_count=1,

@@ -27,7 +27,8 @@ from firepool.backends.kubernetes.codec import AnnotationCodec
 from firepool.backends.kubernetes.settings import KubernetesSettings, PodTemplate
 from firepool.backends.kubernetes.spec import CONFIG_ENV, SECRET_ENV, PodPlan, build_pod
 from firepool.image import BuiltImage
-from firepool.model import PodRole, PoolSpec
+from firepool.model import PodRole
+from firepool.testing.control import cpu_pool
 from firepool.testing.host import needs
 
 pytestmark = pytest.mark.timeout(240)
@@ -75,7 +76,7 @@ def test_the_agent_starts_from_the_images_command_as_its_user(
     secret = "pod-secret-" + "y" * 20
     plan = PodPlan(
         name="cpu-image",
-        pool=PoolSpec(name="cpu", memory_mib_per_pod=512),
+        pool=cpu_pool(memory_mib_per_pod=512),
         role=PodRole.ACTIVE,
         secret=secret,
         created_at=0.0,

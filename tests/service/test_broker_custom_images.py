@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from test_broker_end_to_end import gone, pod_of, py, settled
 
-from firepool.model import PoolSpec, TokenRole
+from firepool.model import TokenRole
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
+from firepool.testing.control import cpu_pool
 from firepool.testing.images import DIGEST, agent_environment
 from firepool.testing.service import BrokerThread, run, running_broker
 
@@ -30,8 +31,8 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def images_catalog(environment: Path) -> Catalog:
-    pool = PoolSpec(
-        name="cpu", max_count=4, idle_timeout=60.0, memory_mib_per_pod=512, step=2,
+    pool = cpu_pool(
+        max_count=4, idle_timeout=60.0, memory_mib_per_pod=512, step=2,
         allowed_images=("local/ml",),
     )  # fmt: skip
     return Catalog((pool,), {"cpu": 8}, local_images={"local/ml": str(environment)})

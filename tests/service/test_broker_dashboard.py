@@ -10,12 +10,13 @@ import httpx
 from firepool.api.schemas import PodView
 from firepool.control.elastic_jobs import ElasticRules
 from firepool.dashboard.page import PanelData, chart, charts, elastic_table, panel, percentile
-from firepool.model import ElasticSpec, PoolSpec, PoolStats
+from firepool.model import ElasticSpec, PoolStats
 from firepool.service.telemetry import Timeline
 from firepool.sim.broker import JobRequest, SimBroker
 from firepool.sim.experiments.shared_pool import POOL
 from firepool.sim.loop import EventLoop
 from firepool.sim.venue import load_venue
+from firepool.testing.control import cpu_pool
 from firepool.testing.service import BrokerThread, run, settled
 
 
@@ -59,7 +60,7 @@ def test_values_are_escaped_and_percentiles_are_nearest_rank() -> None:
     data = PanelData(
         caller="<script>alert(1)</script>",
         now=100.0,
-        pools=[PoolSpec(name="cpu")],
+        pools=[cpu_pool()],
         stats=[PoolStats("cpu", 0, 0, 8, {("active", "running"): 1}, 5.0, 0.0, 2, "cpu", 1, None)],
         pods=[
             PodView(

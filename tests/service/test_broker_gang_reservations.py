@@ -12,14 +12,15 @@ from pathlib import Path
 import pytest
 
 from firepool.control.reservations import ReservationRules
-from firepool.model import PodState, PoolSpec
+from firepool.model import PodState
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
+from firepool.testing.control import cpu_pool
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
 from firepool.testing.switch import Switch
 
 # network host: a gang's ranks rendezvous over TCP between their pods
-POOL = PoolSpec(name="cpu", network="host",
+POOL = cpu_pool(network="host",
                 min_count=2, max_idle_count=2, max_count=2, idle_timeout=120.0,
                 caller_hold_seconds=0.0, memory_mib_per_pod=256, step=2)
 

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from firepool.model import PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
+from firepool.testing.control import cpu_pool
 from firepool.testing.service import BrokerThread, run, running_broker
 
 pytest.importorskip("torch")
 
 # network host: a gang's ranks rendezvous over TCP between their pods
-POOL = PoolSpec(name="cpu", network="host",
+POOL = cpu_pool(network="host",
                 min_count=2, max_idle_count=2, max_count=2, idle_timeout=120.0,
                 memory_mib_per_pod=1024, step=2)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from firepool.model import PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
+from firepool.testing.control import cpu_pool
 from firepool.testing.service import BrokerThread, run, running_broker
 
 try:
@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - CI installs the extra
     pytest.skip("the [ray] extra is not installed", allow_module_level=True)
 
 # network host: a gang's ranks rendezvous over TCP between their pods
-POOL = PoolSpec(name="cpu", network="host",
+POOL = cpu_pool(network="host",
                 min_count=3, max_idle_count=3, max_count=3, idle_timeout=600.0,
                 memory_mib_per_pod=2048, step=3)
 

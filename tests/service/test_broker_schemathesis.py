@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
-from firepool.model import PoolSpec
 from firepool.service.catalog import Catalog
+from firepool.testing.control import cpu_pool
 from firepool.testing.service import BrokerThread, running_broker
 
 EXAMPLES = 20
@@ -49,7 +49,7 @@ EXPECTED = {
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[BrokerThread]:
-    pool = PoolSpec(name=POOL, min_count=1, max_count=1, memory_mib_per_pod=256)
+    pool = cpu_pool(POOL, min_count=1, max_count=1, memory_mib_per_pod=256)
     with running_broker(tmp_path / "broker", catalog=Catalog((pool,), {"cpu": 2})) as handle:
         yield handle
 

@@ -15,17 +15,16 @@ import sys
 import time
 from pathlib import Path
 
-from firepool.model import PodRole, PodState, PoolSpec
+from firepool.model import PodRole, PodState
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
+from firepool.testing.control import gpu_pool
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
 from firepool.testing.switch import Switch
 
-GPU = PoolSpec(
-    name="gpu",
+GPU = gpu_pool(
     network="host",  # its jobs wait on a loopback switch and hold a host port on the card
     accelerator="fake",
-    accelerators_per_pod=1,
     min_count=1,
     max_idle_count=1,
     max_count=1,

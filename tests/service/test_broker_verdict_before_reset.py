@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from firepool.agent.reset import SLOW_RESET_S
-from firepool.model import PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
+from firepool.testing.control import cpu_pool
 from firepool.testing.service import BrokerThread, run, running_broker, submit, wait_job
 
-POOL = PoolSpec(name="cpu", min_count=2, max_idle_count=2, max_count=3, idle_timeout=60.0,
+POOL = cpu_pool(min_count=2, max_idle_count=2, max_count=3, idle_timeout=60.0,
                 memory_mib_per_pod=512, step=1)  # fmt: skip
 #: The retry exits 0: FIREPOOL_ATTEMPT is `<job>:<retry>`.
 FAIL_FIRST = "import os, sys; sys.exit(3 if os.environ['FIREPOOL_ATTEMPT'].endswith(':0') else 0)"

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from firepool.model import PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
+from firepool.testing.control import cpu_pool
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
 
 SLOW_TICKS = BrokerConfig(dispatch_tick_s=60.0, reconcile_s=60.0, hold_tick_s=60.0,
@@ -26,8 +26,8 @@ def pools() -> Catalog:
     base: dict[str, Any] = {"idle_timeout": 120.0, "memory_mib_per_pod": 512, "step": 1}
     return Catalog(
         (
-            PoolSpec(name="warm", min_count=1, max_idle_count=1, max_count=1, **base),
-            PoolSpec(name="cold", min_count=0, max_count=1, **base),
+            cpu_pool("warm", min_count=1, max_idle_count=1, max_count=1, **base),
+            cpu_pool("cold", min_count=0, max_count=1, **base),
         ),
         {"cpu": 4},
     )

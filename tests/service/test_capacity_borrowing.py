@@ -18,19 +18,19 @@ import httpx
 import pytest
 
 from firepool.control.dispatch import AttemptEnd, judge
-from firepool.model import AcquisitionPath, ConfigError, ErrorCode, JobSpec, PodState, PoolSpec
+from firepool.model import AcquisitionPath, ConfigError, ErrorCode, JobSpec, PodState
 from firepool.service.broker import BrokerConfig
 from firepool.service.capacity import FileCapacitySource, open_capacity_source, parse_reading
 from firepool.service.catalog import Catalog
 from firepool.service.tickets import ticket_of
 from firepool.store import PodBinding, open_store
+from firepool.testing.control import gpu_pool
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
 from firepool.testing.switch import Switch
 from firepool.testing.waiting import wait_until
 
 # network host: its jobs wait on a loopback switch (firepool.testing.switch)
-GPU = PoolSpec(name="gpu", network="host", accelerator="fake", accelerators_per_pod=1,
-               min_count=2,
+GPU = gpu_pool(network="host", accelerator="fake", min_count=2,
                max_idle_count=2, max_count=2, caller_hold_seconds=600.0, idle_timeout=600.0,
                memory_mib_per_pod=512, step=2)
 

@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from firepool.client import AsyncClient, Client
-from firepool.model import PoolSpec, StoreUnavailableError
+from firepool.model import StoreUnavailableError
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
+from firepool.testing.control import cpu_pool
 from firepool.testing.databases import start_private_server
 from firepool.testing.private_db import PrivateServer
 from firepool.testing.service import BrokerThread, running_broker, wait_job
@@ -33,7 +34,7 @@ FAST = BrokerConfig(dispatch_tick_s=1.0, reconcile_s=1.0, hold_tick_s=0.2, exit_
 #: once the running one has ended, which happens during the outage.
 CATALOG = Catalog(
     # network host: its jobs report to the test over the host's loopback
-    (PoolSpec(name="cpu", network="host", min_count=1,
+    (cpu_pool(network="host", min_count=1,
               max_idle_count=1, max_count=1, memory_mib_per_pod=512),),
     {"cpu": 4},
 )

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from firepool.control.dispatch import Verdict
-from firepool.model import ErrorCode, JobState, PoolSpec
+from firepool.model import ErrorCode, JobState
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
+from firepool.testing.control import cpu_pool
 from firepool.testing.service import BrokerThread, run, running_broker, submit
 
-POOL = PoolSpec(name="cpu", min_count=0, max_idle_count=1, max_count=1, idle_timeout=60.0,
+POOL = cpu_pool(min_count=0, max_idle_count=1, max_count=1, idle_timeout=60.0,
                 memory_mib_per_pod=512, step=1)  # fmt: skip
 CONFIG = BrokerConfig(dispatch_tick_s=1.0, reconcile_s=1.0, hold_tick_s=0.2, exit_poll_s=0.5)
 

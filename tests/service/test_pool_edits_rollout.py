@@ -12,16 +12,17 @@ import threading
 from pathlib import Path
 
 from firepool.control.records import RetireReason
-from firepool.model import PodState, PoolSpec, TokenRole
+from firepool.model import PodState, TokenRole
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.store.engine import DB_FILE
+from firepool.testing.control import cpu_pool
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
 from firepool.testing.switch import Switch
 from firepool.testing.waiting import wait_until
 
 # network host: its jobs wait on a loopback switch (firepool.testing.switch)
-POOL = PoolSpec(name="cpu", network="host", min_count=2,
+POOL = cpu_pool(network="host", min_count=2,
                 max_idle_count=2, max_count=3, idle_timeout=600.0,
                 caller_hold_seconds=600.0, memory_mib_per_pod=512, step=3)
 CONFIG = BrokerConfig(reconcile_s=2.0, exit_poll_s=0.5)

@@ -28,12 +28,11 @@ _SERVE = """
 import asyncio, json, sys
 from pathlib import Path
 from firepool.composition import EmbeddedBroker
-from firepool.model import PoolSpec
 from firepool.service.catalog import Catalog
+from firepool.testing.control import cpu_pool
 
 async def main():
-    pool = PoolSpec(name="cpu", min_count=2, max_count=3, idle_timeout=300.0,
-                    caller_hold_seconds=120.0)
+    pool = cpu_pool(min_count=2, max_count=3, idle_timeout=300.0, caller_hold_seconds=120.0)
     async with EmbeddedBroker(Path(sys.argv[1]), catalog=Catalog((pool,), {"cpu": 4}),
                               faults=("slow-reset",), delete_pods_on_exit=False) as broker:
         tokens = {c: broker.issue(c) for c in ("alice", "bob")}

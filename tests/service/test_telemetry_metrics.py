@@ -8,8 +8,8 @@ import re
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from firepool.model import PoolSpec
 from firepool.service.telemetry import HeldClock, held_counts
+from firepool.testing.control import cpu_pool, gpu_pool
 from firepool.testing.service import BrokerThread, run, settled
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -106,8 +106,8 @@ def test_held_clock_integrates_the_count_it_last_saw() -> None:
 
 
 def test_a_gpu_group_counts_its_gpus_once() -> None:
-    gpu = PoolSpec(name="g", accelerator="H100", accelerators_per_pod=1, standbys_per_active=1)
+    gpu = gpu_pool("g", accelerator="H100", standbys_per_active=1)
     assert held_counts(gpu, ["a", "a", "b", None]) == (4, 3)  # groups a, b and a lone pod
-    wide = PoolSpec(name="w", accelerator="H100", accelerators_per_pod=4)
+    wide = gpu_pool("w", accelerator="H100", accelerators_per_pod=4)
     assert held_counts(wide, ["x", "y"]) == (2, 8)
-    assert held_counts(PoolSpec(name="c"), [None, None]) == (2, 0)
+    assert held_counts(cpu_pool("c"), [None, None]) == (2, 0)

@@ -8,17 +8,18 @@ import random
 
 import pytest
 
-from firepool.model import ImageNotAllowedError, PoolSpec
+from firepool.model import ImageNotAllowedError
 from firepool.sim.broker import JobRequest, SimBroker
 from firepool.sim.loop import EventLoop
 from firepool.sim.venue import PRESETS
+from firepool.testing.control import cpu_pool
 
 PINNED = "local/ml@sha256:" + "7" * 64
 
 
 def test_the_simulator_admits_claims_and_refuses_images_like_the_service() -> None:
     loop = EventLoop()
-    spec = PoolSpec(name="cpu", max_count=4, idle_timeout=600.0, allowed_images=("local/ml",))
+    spec = cpu_pool(max_count=4, idle_timeout=600.0, allowed_images=("local/ml",))
     broker = SimBroker(loop, PRESETS["production-cpu"], [spec], {"cpu": 4}, random.Random(0))
     with pytest.raises(ImageNotAllowedError):
         broker.submit(JobRequest("alice", "cpu", 1.0, image="docker.io/other:1"))

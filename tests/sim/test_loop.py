@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 
 from firepool.cli.sim import sim_app
 from firepool.control import tracker as tracker_module
-from firepool.model import PoolSpec
 from firepool.scheduling import make_policy
 from firepool.sim.broker import JobRequest, SimBroker
 from firepool.sim.experiments.fragmentation import fragmentation_cell
@@ -23,6 +22,7 @@ from firepool.sim.stats import bootstrap_ci
 from firepool.sim.training import simulate
 from firepool.sim.trainloads import paper_workload
 from firepool.sim.venue import PRESETS, Dist, load_venue
+from firepool.testing.control import cpu_pool
 
 
 def test_loop_orders_by_time_then_insertion() -> None:
@@ -67,7 +67,7 @@ def test_broker_drives_the_real_tracker(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(tracker_module.Tracker, "claim", spy)
     loop = EventLoop()
-    spec = PoolSpec(name="cpu", cpus_per_pod=1.0, max_count=2, idle_timeout=60.0)
+    spec = cpu_pool(cpus_per_pod=1.0, max_count=2, idle_timeout=60.0)
     broker = SimBroker(loop, PRESETS["production-cpu"], [spec], {"cpu": 2}, random.Random(0))
     done: list[str] = []
     for _ in range(3):

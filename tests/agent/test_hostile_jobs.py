@@ -38,14 +38,15 @@ from firepool.agent import cgroups, procfs
 from firepool.backends.agent_client import AgentClient
 from firepool.backends.base import PodRecord
 from firepool.backends.local import LocalBackend
-from firepool.model import ConfigError, ConflictError, PoolSpec
+from firepool.model import ConfigError, ConflictError
 from firepool.protocol import Health, IsolationMode, LaunchRequest, StopReason
+from firepool.testing.control import cpu_pool
 
 pytestmark = pytest.mark.timeout(120)
 
 #: pickle is preloaded because weak mode cannot bind an interpreter that lives under a
 #: directory the job's uid may not pass through (/root here) back into reach.
-POOL = PoolSpec(name="cpu", memory_mib_per_pod=512, preload_modules=("json", "pickle"))
+POOL = cpu_pool(memory_mib_per_pod=512, preload_modules=("json", "pickle"))
 #: A secret in the broker's own environment: no job may see it.
 BROKER_SECRET = ("FIREPOOL_TEST_BROKER_CREDENTIAL", "cloud-key-" + uuid.uuid4().hex)
 PIDS_MAX = 200

@@ -32,8 +32,9 @@ from firepool.agent import egress, netns, reset
 from firepool.backends.agent_client import AgentClient
 from firepool.backends.base import PodRecord
 from firepool.backends.local import LocalBackend
-from firepool.model import ConfigError, NetworkAccess, PoolSpec
+from firepool.model import ConfigError, NetworkAccess
 from firepool.protocol import LaunchRequest, PodNetwork
+from firepool.testing.control import cpu_pool
 from firepool.testing.host import needs
 
 pytestmark = pytest.mark.timeout(120)
@@ -118,7 +119,7 @@ class Env:
 @pytest.fixture(scope="module", params=MODES, ids=lambda m: m.id)
 def env(request: pytest.FixtureRequest) -> Iterator[Env]:
     mode: Mode = request.param
-    pool = PoolSpec(name="net", memory_mib_per_pod=512, network=mode.access)
+    pool = cpu_pool("net", memory_mib_per_pod=512, network=mode.access)
     sink = EventSink()
     try:
         with backend_at(

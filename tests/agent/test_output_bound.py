@@ -8,14 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 from pod_helpers import backend_at, make_pod, py, read_log, run_job
-from test_agent_api import Pod
+from test_server_bad_input import Pod
 
 from firepool.agent.output import marker
-from firepool.model import PoolSpec
+from firepool.testing.control import cpu_pool
 
 pytestmark = pytest.mark.timeout(120)
 
-POOL = PoolSpec(name="cpu", memory_mib_per_pod=256)
+POOL = cpu_pool(memory_mib_per_pod=256)
 BOUND = 4096
 
 

@@ -14,15 +14,16 @@ from collections.abc import Iterator
 
 import pytest
 from pod_helpers import Loop, backend_at, make_pod, py, run_job
-from test_agent_api import Pod
+from test_server_bad_input import Pod
 
 from firepool.backends.agent_client import AgentClient
-from firepool.model import NotFoundError, PoolSpec
+from firepool.model import NotFoundError
 from firepool.protocol import LogAck
+from firepool.testing.control import cpu_pool
 
 pytestmark = pytest.mark.timeout(120)
 
-POOL = PoolSpec(name="cpu", memory_mib_per_pod=256)
+POOL = cpu_pool(memory_mib_per_pod=256)
 OUT = "print('a' * 99)\nimport sys; sys.stderr.write('e' * 9)"  # 100 + 9 bytes
 
 

@@ -10,15 +10,15 @@ from fastapi import FastAPI
 
 from firepool.api.context import ApiContext
 from firepool.api.hooks import FinishedListener, NoHooks
-from firepool.model import PoolSpec
 from firepool.packages import DiskPackageStore
 from firepool.store import JobRecord, SqlJobStore
 from firepool.store.logs import RankLogStorage
 from firepool.store.schema import jobs
+from firepool.testing.control import cpu_pool, gpu_pool
 
 POOLS = [
-    PoolSpec(name="cpu", max_count=4, allowed_images=("registry.local/team",)),
-    PoolSpec(name="gpu", accelerator="fake", accelerators_per_pod=1),
+    cpu_pool(max_count=4, allowed_images=("registry.local/team",)),
+    gpu_pool(accelerator="fake"),
 ]
 
 

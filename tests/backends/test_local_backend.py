@@ -30,19 +30,20 @@ from pod_helpers import (
 from firepool.agent import procfs
 from firepool.backends.base import PodBackend, PodCreate
 from firepool.backends.local import UID_KEY, LocalBackend
-from firepool.model import ConfigError, PodRole, PoolSpec, UnavailableError
+from firepool.model import ConfigError, PodRole, UnavailableError
 from firepool.protocol import (
     IsolationMode,
     LaunchRequest,
     RequirementsRef,
 )
+from firepool.testing.control import cpu_pool, gpu_pool
 from firepool.testing.host import needs
 from firepool.testing.packages import PackageServer
 
 pytestmark = pytest.mark.timeout(120)
 
-CPU = PoolSpec(name="cpu", memory_mib_per_pod=512)
-GPU = PoolSpec(name="gpu", accelerator="fake", accelerators_per_pod=1, standbys_per_active=1)
+CPU = cpu_pool(memory_mib_per_pod=512)
+GPU = gpu_pool(accelerator="fake", standbys_per_active=1)
 
 
 def _cgroup_dirs(pod_dir: Path) -> list[str]:
@@ -165,7 +166,7 @@ def test_egress_without_its_nat_is_a_typed_error_that_leaves_nothing(
         local.shutil, "which", lambda name: None if name == "slirp4netns" else real_which(name)
     )
     with backend_at("no-nat", isolation="private") as (backend, loop, root):
-        pool = PoolSpec(name="out", memory_mib_per_pod=512, network="egress")
+        pool = cpu_pool("out", memory_mib_per_pod=512, network="egress")
         with pytest.raises(ConfigError) as caught:
             loop.run(backend.create(PodCreate(pool=pool)))
         assert caught.value.field == "network" and "slirp4netns" in caught.value.message

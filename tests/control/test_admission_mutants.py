@@ -9,7 +9,8 @@ from collections.abc import Callable
 from firepool.control.admission import CreateOrder, admit
 from firepool.control.budgets import BudgetLedger
 from firepool.control.scaler import Census, DedicatedCreate, ScalePlan
-from firepool.model import PodRole, PoolSpec
+from firepool.model import PodRole
+from firepool.testing.control import cpu_pool, gpu_pool
 
 
 def namer(prefix: str) -> Callable[[], str]:
@@ -17,8 +18,8 @@ def namer(prefix: str) -> Callable[[], str]:
     return lambda: f"{prefix}-{next(counter)}"
 
 
-CPU = PoolSpec(name="cpu", cpus_per_pod=2.0, max_count=10)
-GPU = PoolSpec(name="gpu", accelerator="H200", accelerators_per_pod=1, standbys_per_active=1)
+CPU = cpu_pool(cpus_per_pod=2.0, max_count=10)
+GPU = gpu_pool(standbys_per_active=1)
 
 
 def test_shared_creates_are_plain_warm_pods_with_every_field_set() -> None:

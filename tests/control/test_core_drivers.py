@@ -28,9 +28,10 @@ from firepool.service.catalog import Catalog
 from firepool.sim.broker import JobRequest, SimBroker
 from firepool.sim.loop import EventLoop
 from firepool.sim.venue import PRESETS
+from firepool.testing.control import cpu_pool
 from firepool.testing.service import running_broker, submit, wait_job
 
-POOL = PoolSpec(name="cpu", min_count=1, max_idle_count=1, max_count=2, idle_timeout=600.0,
+POOL = cpu_pool(min_count=1, max_idle_count=1, max_count=2, idle_timeout=600.0,
                 memory_mib_per_pod=512, step=1)
 #: (lease tag, max retries, exit code of the first attempt): a warm reuse, a session switch
 #: (the pod serves one job and retires), then a failure retried once on the same session.
@@ -46,7 +47,7 @@ FAIL_FIRST = ("import os, sys; "
               "sys.exit({code} if os.environ['FIREPOOL_ATTEMPT'].endswith(':0') else 0)")
 #: A gang of two on a pool of two (network host, as a gang's pool must be): its first attempt
 #: fails on rank 1 and is retried once on the same, warm pods.
-GANG_POOL = PoolSpec(name="cpu", network="host", min_count=2, max_idle_count=2, max_count=2,
+GANG_POOL = cpu_pool(network="host", min_count=2, max_idle_count=2, max_count=2,
                      idle_timeout=600.0, memory_mib_per_pod=512, step=2)
 GANG_SCRIPT: Script = [("g", 1, 3)]
 GANG_FAILING_RANK = 1

@@ -6,13 +6,14 @@ import pytest
 
 from firepool.control.gang_network import check_gang_network
 from firepool.model import JobSpec, NetworkAccess, PoolSpec, RequestValidationError
+from firepool.testing.control import cpu_pool
 
 
 @pytest.mark.parametrize("network", [NetworkAccess.NONE, NetworkAccess.EGRESS])
 def test_a_gang_on_an_isolating_pool_is_refused_naming_the_pool_and_the_fix(
     network: NetworkAccess,
 ) -> None:
-    pool = PoolSpec(name="iso", network=network)
+    pool = cpu_pool("iso", network=network)
     with pytest.raises(RequestValidationError) as caught:
         check_gang_network(pool, JobSpec(pool="iso", command=["x"], pods=2))
     err = caught.value
@@ -22,7 +23,7 @@ def test_a_gang_on_an_isolating_pool_is_refused_naming_the_pool_and_the_fix(
 
 
 def test_an_elastic_job_that_may_grow_past_one_pod_is_a_gang_too() -> None:
-    pool = PoolSpec(name="iso")
+    pool = cpu_pool("iso")
     grows = JobSpec(
         pool="iso", command=["x"], kind="elastic", elastic={"app": "cifar10", "max_pods": 4}
     )
@@ -34,8 +35,8 @@ def test_an_elastic_job_that_may_grow_past_one_pod_is_a_gang_too() -> None:
 
 
 def test_one_pod_anywhere_and_a_gang_on_a_host_pool_pass() -> None:
-    check_gang_network(PoolSpec(name="iso"), JobSpec(pool="iso", command=["x"]))
-    host = PoolSpec(name="shared", network=NetworkAccess.HOST)
+    check_gang_network(cpu_pool("iso"), JobSpec(pool="iso", command=["x"]))
+    host = cpu_pool("shared", network=NetworkAccess.HOST)
     check_gang_network(host, JobSpec(pool="shared", command=["x"], pods=4))
 
 

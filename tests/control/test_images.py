@@ -21,8 +21,8 @@ from firepool.model import (
 from firepool.testing.control import cpu_pool, lease, ready_pods, request, run_job
 
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
-POOL = PoolSpec(
-    name="cpu", allowed_images=("registry.local:5000/team", f"ghcr.io/org/trainer@{D1}")
+POOL = cpu_pool(
+    allowed_images=("registry.local:5000/team", f"ghcr.io/org/trainer@{D1}")
 )
 
 
@@ -54,7 +54,7 @@ def test_a_refusal_is_typed_and_names_the_allowlist() -> None:
         check_image(POOL, "docker.io/evil:latest")
     assert err.value.field == "image" and "registry.local:5000/team" in err.value.message
     with pytest.raises(ImageNotAllowedError, match="admits no custom images"):
-        check_image(PoolSpec(name="plain"), "registry.local:5000/team:v1")
+        check_image(cpu_pool("plain"), "registry.local:5000/team:v1")
 
 
 def test_reference_helpers() -> None:

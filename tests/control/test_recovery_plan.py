@@ -26,11 +26,11 @@ from firepool.model import (
     JobState,
     PodRole,
     PodState,
-    PoolSpec,
 )
+from firepool.testing.control import cpu_pool, gpu_pool
 
-CPU = PoolSpec(name="cpu", idle_timeout=100)
-GPU = PoolSpec(name="gpu", accelerator="H200", accelerators_per_pod=1, standbys_per_active=1)
+CPU = cpu_pool(idle_timeout=100)
+GPU = gpu_pool(standbys_per_active=1)
 SPECS = {"cpu": CPU, "gpu": GPU}
 
 
@@ -204,7 +204,7 @@ def test_an_elastic_job_resized_before_the_restart_is_judged_by_its_own_rule() -
     """An elastic job's resizes are new attempts (`retries`) but no failures. Lost in a
     restart after two resizes with one retry allowed, it goes back to the rounds; the plain
     task rule used to count the resizes and fail it."""
-    pool = PoolSpec(name="cpu", max_count=4)
+    pool = cpu_pool(max_count=4)
     core = BrokerCore([pool], BudgetLedger(), new_name=lambda _pool: "x")
     assert core.elastic is not None  # the default config runs the round policy
     spec = JobSpec(
@@ -279,7 +279,7 @@ def test_a_pod_of_an_ended_jobs_last_attempt_is_reset_then_held_from_the_jobs_en
 
 def test_a_pool_without_holds_deletes_the_ended_jobs_pod() -> None:
     busy = {"state": "running", "owner": "alice", "used": "1", "queue": "q", "tag": "s"}
-    specs = {**SPECS, "cpu": PoolSpec(name="cpu", idle_timeout=100, caller_hold_seconds=0)}
+    specs = {**SPECS, "cpu": cpu_pool(idle_timeout=100, caller_hold_seconds=0)}
     plan = plan_recovery([listed("p", job="done", **busy)], [], specs,
                          {"done": ended_job("done", "p")})  # fmt: skip
     assert plan.reset == [] and plan.delete == ["p"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from firepool.control.records import RetireReason
 from firepool.control.scaler import DedicatedCreate, QueuedDemand, ScalerConfig, plan
 from firepool.control.tracker import Tracker
-from firepool.model import PoolSpec
 from firepool.testing.control import (
     cpu_pool,
     gpu_pool,
@@ -187,7 +186,7 @@ def test_idle_group_with_a_standby_is_supply_for_anyone() -> None:
 
 
 def test_plan_is_plain_data_and_changes_nothing() -> None:
-    spec = PoolSpec(name="cpu", min_count=2)
+    spec = cpu_pool(min_count=2)
     t = Tracker([spec])
     before = len(t)
     p = plan_for(t, "cpu", queue(3), 0.0)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from firepool.control.records import Group, Pod, Retired, RetireReason
 from firepool.control.scaler import Census, DedicatedCreate, QueuedDemand, ScalerConfig, plan
-from firepool.model import PodRole, PodState, PoolSpec
+from firepool.model import PodRole, PodState
+from firepool.testing.control import cpu_pool, gpu_pool
 
 S = PodState
 SD, HB, ST = RetireReason.SCALE_DOWN, RetireReason.HOLD_BROKEN, RetireReason.STALE_TEMPLATE
@@ -57,7 +58,7 @@ def q(caller: str, n: int = 1, **kw: object) -> list[QueuedDemand]:
     return [QueuedDemand(caller, **kw) for _ in range(n)]  # type: ignore[arg-type]
 
 
-CPU = PoolSpec(name="cpu", min_count=2, max_count=20, max_idle_count=0, idle_timeout=100.0, step=10)
+CPU = cpu_pool(min_count=2, max_count=20, max_idle_count=0, idle_timeout=100.0, step=10)
 
 
 def every_cpu_class() -> list[Pod]:
@@ -145,7 +146,7 @@ def test_cpu_headroom_caps_dedicated_creates_and_blocks() -> None:
 
 
 def test_cpu_shared_add_and_blocked_at_the_budget() -> None:
-    spec = PoolSpec(name="cpu", min_count=1, max_count=10, step=3, cpus_per_pod=2.0)
+    spec = cpu_pool(min_count=1, max_count=10, step=3, cpus_per_pod=2.0)
     busy = [pod("r0", S.RUNNING), pod("r1", S.RUNNING)]
     # demand 5 + 2 busy = 7, eligible 2 -> deficit 5; headroom 5 cores = 2 pods of 2 cores.
     p = plan(spec, busy, [], q("bob", 5), 0.0, headroom_units=5)
@@ -165,7 +166,7 @@ def test_cpu_shared_add_and_blocked_at_the_budget() -> None:
 
 
 def test_cpu_scale_down_retains_for_demand_and_removes_oldest_first() -> None:
-    spec = PoolSpec(name="cpu", min_count=0, max_count=10, max_idle_count=0, idle_timeout=100.0)
+    spec = cpu_pool(min_count=0, max_count=10, max_idle_count=0, idle_timeout=100.0)
     expired = [pod(f"e{i}", S.IDLE, idle_since=10.0 * i) for i in (2, 0, 1)]
     others = [pod("s0", S.STARTING), pod("r0", S.RUNNING)]
     # demand = 2 + 1 busy = 3, eligible = 1 + 3 + 1 = 5; retain = max(0, 0 - 1, 3 - 2) = 1;
@@ -181,7 +182,7 @@ def test_cpu_scale_down_retains_for_demand_and_removes_oldest_first() -> None:
 
 
 def test_cpu_scale_down_keeps_the_floor_and_the_idle_cap() -> None:
-    spec = PoolSpec(name="cpu", min_count=3, max_count=10, max_idle_count=0, idle_timeout=100.0)
+    spec = cpu_pool(min_count=3, max_count=10, max_idle_count=0, idle_timeout=100.0)
     pods = [pod(f"e{i}", S.IDLE, idle_since=float(i)) for i in range(3)] + [
         pod("r0", S.RUNNING),
         pod("h0", S.HELD, owner="alice", hold_until=500.0),
@@ -199,7 +200,7 @@ def test_cpu_scale_down_keeps_the_floor_and_the_idle_cap() -> None:
 
 
 def test_cpu_held_pods_count_per_owner() -> None:
-    spec = PoolSpec(name="cpu", max_count=10, idle_timeout=100.0)
+    spec = cpu_pool(max_count=10, idle_timeout=100.0)
     pods = [
         pod("h0", S.HELD, owner="alice", hold_until=500.0),
         pod("h1", S.HELD, owner="alice", hold_until=500.0),
@@ -213,7 +214,7 @@ def test_cpu_held_pods_count_per_owner() -> None:
 
 
 def test_cpu_hold_breaking_timing_and_stable_until() -> None:
-    spec = PoolSpec(name="cpu", max_count=2, idle_timeout=1000.0)
+    spec = cpu_pool(max_count=2, idle_timeout=1000.0)
     pods = [
         pod("h0", S.HELD, owner="alice", created=0.0, idle_since=10.0, hold_until=900.0),
         pod("h1", S.HELD, owner="bob", created=30.0, idle_since=5.0, hold_until=900.0),
@@ -230,7 +231,7 @@ def test_cpu_hold_breaking_timing_and_stable_until() -> None:
 
 
 def test_cpu_stale_drain_budget() -> None:
-    spec = PoolSpec(name="cpu", max_count=10)
+    spec = cpu_pool(max_count=10)
     stale = [pod(f"z{i}", S.STALE, created=float(10 - i)) for i in range(4)]
     p = plan(spec, stale, [], [], 0.0, config=ScalerConfig(drain_budget=2))
     assert p.retire == [Retired("z3", ST), Retired("z2", ST)]  # the oldest two
@@ -242,10 +243,7 @@ def test_cpu_stale_drain_budget() -> None:
 
 # ------------------------------------------------------------------------------ GPU pools
 
-GPU = PoolSpec(
-    name="gpu",
-    accelerator="H200",
-    accelerators_per_pod=1,
+GPU = gpu_pool(
     standbys_per_active=1,
     min_count=0,
     max_count=30,
@@ -395,7 +393,7 @@ def test_gpu_stale_drain_counts_retiring_pods_itself() -> None:
 
 
 def test_cpu_counts_of_each_class_accumulate() -> None:
-    spec = PoolSpec(name="cpu", max_count=40, idle_timeout=100.0)
+    spec = cpu_pool(max_count=40, idle_timeout=100.0)
     pods = [
         pod("a0", S.ASSIGNED), pod("a1", S.ASSIGNED), pod("a2", S.ASSIGNED),
         pod("d0", S.RUNNING, single_use=True), pod("d1", S.RUNNING, single_use=True),
@@ -415,7 +413,7 @@ def test_cpu_counts_of_each_class_accumulate() -> None:
 
 
 def test_cpu_blocked_at_the_ceiling_or_the_budget_exactly() -> None:
-    spec = PoolSpec(name="cpu", max_count=10, step=1)
+    spec = cpu_pool(max_count=10, step=1)
     busy = [pod(f"r{i}", S.RUNNING) for i in range(8)]
     # room 2, step 1: add 1, room - add = 1 left: not blocked (the budget is ample).
     p = plan(spec, busy, [], q("bob", 3), 0.0, headroom_units=100)
@@ -433,7 +431,7 @@ def test_cpu_blocked_at_the_ceiling_or_the_budget_exactly() -> None:
 
 
 def test_cpu_blocked_by_dedicated_demand_at_the_ceiling() -> None:
-    spec = PoolSpec(name="cpu", max_count=3)
+    spec = cpu_pool(max_count=3)
     supply = [pod("e0", S.IDLE, single_use=True), pod("e1", S.IDLE, single_use=True)]
     full = [*supply, pod("r0", S.RUNNING)]
     # Dedicated demand fully served by supply: not blocked.
@@ -448,7 +446,7 @@ def test_cpu_blocked_by_dedicated_demand_at_the_ceiling() -> None:
 
 
 def test_cpu_shared_and_dedicated_creates_share_the_step() -> None:
-    spec = PoolSpec(name="cpu", max_count=20, step=3)
+    spec = cpu_pool(max_count=20, step=3)
     queued = q("bob", 1) + q("x", 5, single_use=True)
     p = plan(spec, [], [], queued, 0.0, headroom_units=100)
     # add 1 shared; the dedicated budget is min(20, 3, 100) - 1 = 2.
@@ -458,7 +456,7 @@ def test_cpu_shared_and_dedicated_creates_share_the_step() -> None:
 
 def test_cpu_scale_down_over_a_lowered_ceiling_and_with_stale_pods() -> None:
     # The operator lowered the ceiling to 4 under a pool of 6: idle_cap = min(5, 4 - 2) = 2.
-    spec = PoolSpec(name="cpu", min_count=0, max_count=4, max_idle_count=5, idle_timeout=10.0)
+    spec = cpu_pool(min_count=0, max_count=4, max_idle_count=5, idle_timeout=10.0)
     pods = [pod(f"e{i}", S.IDLE, idle_since=float(i)) for i in range(4)] + [
         pod("r0", S.RUNNING),
         pod("r1", S.RUNNING),
@@ -467,7 +465,7 @@ def test_cpu_scale_down_over_a_lowered_ceiling_and_with_stale_pods() -> None:
     assert p.retire == [Retired("e0", SD), Retired("e1", SD)]
     # The floor: retain = max(0, 3 - (1 + 1), 0) = 1, and a retiring pod makes the pool's
     # physical count larger than its idle, held and busy pods: two of three go.
-    floor = PoolSpec(name="cpu", min_count=3, max_count=10, idle_timeout=10.0)
+    floor = cpu_pool(min_count=3, max_count=10, idle_timeout=10.0)
     pods = [pod(f"e{i}", S.IDLE, idle_since=float(i)) for i in range(3)] + [
         pod("r0", S.RUNNING),
         pod("h0", S.HELD, owner="alice", hold_until=500.0),

@@ -22,8 +22,8 @@ from firepool.backends.kubernetes.status import Phase
 from firepool.control.actions import CreatePod, DeletePod
 from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore
-from firepool.model import PoolSpec
 from firepool.service.pods import PodManager
+from firepool.testing.control import cpu_pool
 from firepool.testing.kwok import (
     TEST_CPU_POOL,
     delete_node,
@@ -35,7 +35,7 @@ from firepool.testing.kwok import (
 
 pytestmark = pytest.mark.k8s
 
-HUGE = PoolSpec(name="huge", cpus_per_pod=10_000, memory_mib_per_pod=64)
+HUGE = cpu_pool("huge", cpus_per_pod=10_000, memory_mib_per_pod=64)
 
 
 def test_unschedulable_waits_its_grace_keeps_the_budget_then_fails_typed(

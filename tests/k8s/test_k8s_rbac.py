@@ -17,13 +17,13 @@ from firepool.backends.base import PodCreate
 from firepool.backends.kubernetes import KubernetesBackend, KubernetesSettings
 from firepool.backends.kubernetes.errors import ForbiddenError, PodUnschedulableError
 from firepool.backends.kubernetes.rest import Rest
-from firepool.model import PoolSpec
 from firepool.testing.api_faults import Call, answers_lost, recorded_calls
+from firepool.testing.control import cpu_pool
 from firepool.testing.kwok import DEPLOY_BASE, TEST_CPU_POOL, create_ready, rest_for, run_bounded
 
 pytestmark = pytest.mark.k8s
 
-HUGE = PoolSpec(name="huge", cpus_per_pod=10_000, memory_mib_per_pod=64)
+HUGE = cpu_pool("huge", cpus_per_pod=10_000, memory_mib_per_pod=64)
 _VERBS = {"POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}
 
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from firepool.model import LeaseTagMode, NetworkAccess, PoolSpec
+from firepool.model import LeaseTagMode, NetworkAccess
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.store.scratch import scratch
+from firepool.testing.control import cpu_pool
 from firepool.testing.databases import KINDS, require_server
 from firepool.testing.service import BrokerThread, running_broker
 
@@ -21,14 +22,14 @@ def catalog(cpu_budget: int = 8) -> Catalog:
     base = {"idle_timeout": 30.0, "memory_mib_per_pod": 512, "step": 4}
     return Catalog(
         (
-            PoolSpec(name="cpu", min_count=1, max_idle_count=1, max_count=4, **base),
-            PoolSpec(name="hint", max_count=2, lease_tag_mode=LeaseTagMode.HINT, **base),
-            PoolSpec(name="short", max_count=2, caller_hold_seconds=1.0, **base),
-            PoolSpec(name="burst", max_count=4, caller_hold_seconds=0.3, **base),
-            PoolSpec(name="small", max_count=1, idle_timeout=30.0, memory_mib_per_pod=96, step=1),
+            cpu_pool(min_count=1, max_idle_count=1, max_count=4, **base),
+            cpu_pool("hint", max_count=2, lease_tag_mode=LeaseTagMode.HINT, **base),
+            cpu_pool("short", max_count=2, caller_hold_seconds=1.0, **base),
+            cpu_pool("burst", max_count=4, caller_hold_seconds=0.3, **base),
+            cpu_pool("small", max_count=1, idle_timeout=30.0, memory_mib_per_pod=96, step=1),
             # For jobs that call the test (or the broker's API) over the host's loopback: a
             # pod's own network namespace reaches nothing outside it.
-            PoolSpec(name="loopback", max_count=2, network=NetworkAccess.HOST, **base),
+            cpu_pool("loopback", max_count=2, network=NetworkAccess.HOST, **base),
         ),
         {"cpu": cpu_budget},
     )

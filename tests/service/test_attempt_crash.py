@@ -13,13 +13,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from firepool.model import PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
+from firepool.testing.control import cpu_pool
 from firepool.testing.service import BrokerThread, run, running_broker
 from firepool.testing.waiting import wait_until
 
-POOL = PoolSpec(name="cpu", min_count=1, max_idle_count=1, max_count=2, idle_timeout=60.0,
+POOL = cpu_pool(min_count=1, max_idle_count=1, max_count=2, idle_timeout=60.0,
                 memory_mib_per_pod=512, step=1)
 
 

@@ -17,10 +17,10 @@ import pytest
 
 from firepool.agent import procfs
 from firepool.agent.zygote import SPARE_NAME
-from firepool.model import PoolSpec
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.service.elastic import ElasticConfig
+from firepool.testing.control import cpu_pool
 from firepool.testing.service import BrokerThread, running_broker, submit, wait_job
 
 JOB = [sys.executable, "-m", "firepool.testing.elastic_job"]
@@ -39,8 +39,8 @@ def config(**elastic: Any) -> BrokerConfig:
 
 
 def slots(count: int = 2) -> Catalog:
-    pool = PoolSpec(
-        name="slots",
+    pool = cpu_pool(
+        "slots",
         min_count=count,
         max_idle_count=count,
         max_count=count,

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_crash_recovery import _CLEANUP, client, start_server, wait_state
-from test_output_across_crash import Home, read_all
+from test_recovery_crash import _CLEANUP, client, start_server, wait_state
+from test_recovery_output_across_crash import Home, read_all
 
 from firepool.backends.local import LocalBackend
 from firepool.protocol import AttemptStatus

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from firepool.model import AcquisitionPath, ErrorCode, JobSpec, JobState, PoolSpec
+from firepool.model import AcquisitionPath, ErrorCode, JobSpec, JobState
 from firepool.store import JobStore, PodBinding, open_store
 from firepool.store.engine import create_engine
 from firepool.store.migrate import upgrade
 from firepool.store.scratch import Scratch
+from firepool.testing.control import cpu_pool
 
 WARM = PodBinding(0, "cpu-pod-1", AcquisitionPath.WARM, "same_session")
 SPEC = JobSpec(pool="cpu", command=["python", "main.py"], max_retries=1)
@@ -17,9 +18,9 @@ SPEC = JobSpec(pool="cpu", command=["python", "main.py"], max_retries=1)
 
 def test_an_applied_edit_replaces_the_pool_s_earlier_one(store: JobStore) -> None:
     assert store.pool_edits() == []
-    first = PoolSpec(name="cpu", max_count=4, template_version=2, image="a")
+    first = cpu_pool(max_count=4, template_version=2, image="a")
     second = first.model_copy(update={"template_version": 3, "image": "b"})
-    other = PoolSpec(name="another", max_count=2)
+    other = cpu_pool("another", max_count=2)
     store.save_pool_edit(first, now=1.0)
     store.save_pool_edit(other, now=2.0)
     saved = store.save_pool_edit(second, now=3.0)
@@ -43,7 +44,7 @@ def test_a_reclaimed_requeue_is_counted_and_a_failed_one_is_not(store: JobStore)
 
 def test_edits_and_reclaims_survive_reopening_the_store(db: Scratch) -> None:
     store = open_store(db.url, **db.engine_options)
-    edit = PoolSpec(name="cpu", max_count=4, template_version=2, image="edited")
+    edit = cpu_pool(max_count=4, template_version=2, image="edited")
     try:
         store.save_pool_edit(edit, now=5.0)
         job = store.submit("alice", SPEC, now=0.0).job

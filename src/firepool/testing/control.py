@@ -10,10 +10,16 @@ from firepool.model import PodRole, PoolSpec
 
 
 def cpu_pool(name: str = "cpu", **knobs: Any) -> PoolSpec:
+    """A pool with `PoolSpec`'s defaults; every keyword reaches `PoolSpec` unchanged.
+
+    Tests build pools through this and `gpu_pool` (tests/test_layout.py checks it); only the
+    tests of `PoolSpec`'s own validation construct it directly.
+    """
     return PoolSpec(name=name, **knobs)
 
 
 def gpu_pool(name: str = "gpu", **knobs: Any) -> PoolSpec:
+    """One H200 per pod unless `accelerator` / `accelerators_per_pod` say otherwise."""
     knobs.setdefault("accelerator", "H200")
     knobs.setdefault("accelerators_per_pod", 1)
     return PoolSpec(name=name, **knobs)

@@ -786,11 +786,8 @@ class Broker:
         """The silence `pool`'s agents tolerate before ending their pods and fencing their
         attempts (None: any). One setting for both sides: the agents' fence and this
         broker's lost window (`AttemptRunner`) are derived from it."""
-        from firepool.backends.local import silence_bound
-
         spec = self.specs.get(pool)
-        setting = getattr(self.backend, "broker_silence_s", None)
-        return silence_bound(setting, spec) if spec is not None else None
+        return self.backend.capabilities.broker_silence_s(spec) if spec is not None else None
 
     def keepalive_s(self) -> float | None:
         """How often every pod hears from this broker: a quarter of the shortest silence its

@@ -70,11 +70,16 @@ def create_app(
         # hooks would only add a provider check to every request.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
+    # One broker behind every hook; each route sees only the small Protocol it needs.
     app.state.firepool = ApiContext(
         store=store,
         packages=packages_store,
         pools=catalog,
-        hooks=hooks,
+        signals=hooks,
+        pod_access=hooks,
+        views=hooks,
+        pool_admin=hooks,
+        progress=hooks,
         logs=logs,
         auth=TokenAuthenticator(store, ttl=auth_ttl),
         metrics=metrics,

@@ -10,7 +10,13 @@ from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from firepool.api.auth import TokenAuthenticator
-from firepool.api.hooks import BrokerHooks
+from firepool.api.hooks import (
+    JobSignals,
+    PodAccess,
+    PoolAdmin,
+    ProgressReports,
+    ReadModels,
+)
 from firepool.api.metrics import ApiMetrics
 from firepool.api.waiters import JobWaiters
 from firepool.model import ForbiddenError, PoolSpec, Principal, TokenRole
@@ -27,10 +33,18 @@ class LogSource(Protocol):
 
 @dataclass
 class ApiContext:
+    """The parts routes use. The broker's hooks come as one field per concern (usually one
+    object behind all five): a route reaches only the small Protocol it needs, so a test or
+    another face can stand in for just that part."""
+
     store: JobStore
     packages: PackageStore
     pools: Callable[[], Iterable[PoolSpec]]
-    hooks: BrokerHooks
+    signals: JobSignals
+    pod_access: PodAccess
+    views: ReadModels
+    pool_admin: PoolAdmin
+    progress: ProgressReports
     logs: LogSource
     auth: TokenAuthenticator
     metrics: ApiMetrics
@@ -38,13 +52,13 @@ class ApiContext:
     #: The store's event-loop submit, when it has one (looked up once: a runtime Protocol
     #: check per request costs more than the rest of the route's own work).
     submit_async: Callable[..., Awaitable[Submitted]] | None = None
-    #: Requests parked by `GET /v1/jobs/{id}?wait_s=N`, released by `hooks.job_finished`.
+    #: Requests parked by `GET /v1/jobs/{id}?wait_s=N`, released by `signals.job_finished`.
     waiters: JobWaiters = field(default_factory=JobWaiters)
 
     def __post_init__(self) -> None:
         if self.submit_async is None and isinstance(self.store, AsyncSubmit):
             self.submit_async = self.store.submit_async
-        self.hooks.subscribe_finished(self.waiters.job_finished)
+        self.signals.subscribe_finished(self.waiters.job_finished)
 
     def pool(self, name: str) -> PoolSpec | None:
         for spec in self.pools():

@@ -5,8 +5,11 @@ committed as QUEUED the API calls `job_submitted` (the dispatcher wakes instead 
 its fallback tick); after a running job is marked `cancel_requested` it calls
 `cancel_requested` (the broker stops the attempt and finishes the job as CANCELLED), and it
 calls it too when a queued job was cancelled outright, so the broker forgets it at once.
-The routes that need the broker's live state ask through the same object: agents' exit
-events, which pod a pod secret belongs to, the pod list, and elastic progress reports.
+The routes that need the broker's live state ask through the same object, each through the
+small Protocol of its own concern: `PodAccess` (agents' exit events, which pod a pod secret
+belongs to, package fetches), `ReadModels` (pod list, pool figures, metrics, timeline,
+rounds, rollouts), `PoolAdmin` (pool edits) and `ProgressReports` (elastic progress);
+`JobSignals` carries the job lifecycle. `BrokerHooks` is all of them together.
 
 The other way: whoever commits a job's terminal state calls `job_finished` right after the
 commit (the service after a verdict or a queued job's failure, the API after cancelling a
@@ -39,7 +42,10 @@ from firepool.store import JobRecord
 FinishedListener = Callable[[JobRecord], None]
 
 
-class BrokerHooks(Protocol):
+class JobSignals(Protocol):
+    """Job lifecycle, both ways: the API's job service signals submissions and cancels; the
+    long-poll waiters hear of terminal states."""
+
     def job_submitted(self, job: JobRecord) -> None: ...
 
     def cancel_requested(self, job: JobRecord) -> None: ...
@@ -47,6 +53,11 @@ class BrokerHooks(Protocol):
     def job_finished(self, job: JobRecord) -> None: ...
 
     def subscribe_finished(self, listener: FinishedListener) -> None: ...
+
+
+class PodAccess(Protocol):
+    """What the pod agents' internal routes ask: whose secret a token is, whether a pod may
+    fetch a package, and where an exit event goes."""
 
     def exit_event(self, event: ExitEvent) -> bool:
         """An agent's exit event; False when no live attempt matches it."""
@@ -60,6 +71,11 @@ class BrokerHooks(Protocol):
         """Whether the attempt leased to `pod` runs the package `digest` (a pod fetches its
         own job's code, never another caller's)."""
         ...
+
+
+class ReadModels(Protocol):
+    """The broker's live state as the listings, the dashboard and /metrics read it (reads
+    only, no store access)."""
 
     def pod_list(self) -> list[PodInfo]: ...
 
@@ -79,7 +95,13 @@ class BrokerHooks(Protocol):
         """The latest elastic rounds' allocations, oldest first (empty: no rounds)."""
         ...
 
-    def progress_token_ok(self, attempt: str, token: str) -> bool: ...
+    def rollouts(self) -> list[RolloutProgress]:
+        """Each pool's rollout progress."""
+        ...
+
+
+class PoolAdmin(Protocol):
+    """An admin's pool edits (`PUT /v1/pools/{name}`)."""
 
     async def apply_pool(self, spec: PoolSpec) -> PoolSpec:
         """An admin's edit of a pool: the spec the broker runs from now on (a changed
@@ -88,15 +110,22 @@ class BrokerHooks(Protocol):
         refused."""
         ...
 
-    def rollouts(self) -> list[RolloutProgress]:
-        """Each pool's rollout progress."""
-        ...
+
+class ProgressReports(Protocol):
+    """Elastic attempts' progress reports: their token check and the report itself."""
+
+    def progress_token_ok(self, attempt: str, token: str) -> bool: ...
 
     def progress(
         self, job_id: str, attempt: str, *, samples_per_s: float | None, fraction: float | None
     ) -> bool:
         """An elastic attempt's progress; False for a stale attempt's report."""
         ...
+
+
+class BrokerHooks(JobSignals, PodAccess, ReadModels, PoolAdmin, ProgressReports, Protocol):
+    """Everything a broker attaches to `create_app`; each route depends only on the small
+    Protocol above it needs (`ApiContext` hands out each)."""
 
 
 class NoHooks:

@@ -2,8 +2,8 @@
 process, as in tests, never collide), served at `/metrics`.
 
 Besides the API's own counters the registry holds the broker's (registered from
-`BrokerHooks.metric_collectors`) and `PoolCollector`, which reads the pools' gauges from
-`BrokerHooks.pool_stats` at scrape time: a gauge kept up to date at every pod event would put
+`ReadModels.metric_collectors`) and `PoolCollector`, which reads the pools' gauges from
+`ReadModels.pool_stats` at scrape time: a gauge kept up to date at every pod event would put
 work on the job path for a figure read once every scrape interval.
 """
 

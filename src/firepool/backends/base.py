@@ -2,8 +2,9 @@
 
 Callers never ask *which* backend they hold (`if backend == "local"`): they read its
 `capabilities` (can pods share a device for standbys? does `list_pods` survive a broker
-restart? which memory limit mechanism?) and behave accordingly, the way dstack's backends
-advertise features instead of being switched on by name.
+restart? which memory limit mechanism? how long do its agents bear the broker's silence?)
+and behave accordingly, the way dstack's backends advertise features instead of being
+switched on by name.
 
 A pod record is plain data: the agent URL and secret to talk to it, the devices it is bound
 to, and free-form annotations (owner, hold, lease tag, queue, role...) the backend persists so
@@ -16,7 +17,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
@@ -43,6 +44,29 @@ class BackendCapabilities:
     #: The pods run on this host and reach the broker on its loopback (local processes). A
     #: cluster's pods do not: the broker must advertise an address they can reach.
     pods_on_this_host: bool = True
+    #: How long the pods' agents bear their broker's silence before they end their pods and
+    #: fence their attempts: seconds, "keep-alive" (each pool's keep-alive, at least
+    #: `MIN_BROKER_SILENCE_S`), or None: never (the pods outlive any silence). The broker
+    #: reads it through `broker_silence_s`, for its keep-alive pings and its lost window.
+    agent_fence: float | Literal["keep-alive"] | None = None
+
+    def broker_silence_s(self, pool: PoolSpec) -> float | None:
+        """The silence a pod of `pool` bears (None: any). The one value both sides derive
+        from: the agent's `AgentConfig.broker_silence_s` and the broker's lost window."""
+        return silence_bound(self.agent_fence, pool)
+
+
+#: A broker restart takes seconds; a pool's keep-alive shorter than this is not a silence bound.
+MIN_BROKER_SILENCE_S = 30.0
+
+
+def silence_bound(setting: float | str | None, pool: PoolSpec) -> float | None:
+    """The agent's `broker_silence_s` for a pod of `pool` under a backend's `agent_fence`."""
+    if setting is None:
+        return None
+    if setting == "keep-alive":
+        return max(pool.idle_timeout, MIN_BROKER_SILENCE_S)
+    return float(setting)
 
 
 class PodCreate(StrictModel):

@@ -45,7 +45,13 @@ from firepool.agent import isolation as iso
 from firepool.agent import procfs
 from firepool.agent.output import DEFAULT_MAX_BYTES
 from firepool.agent.runtime import MARKER_VAR
-from firepool.backends.base import BackendCapabilities, BaseBackend, PodCreate, PodRecord
+from firepool.backends.base import (
+    BackendCapabilities,
+    BaseBackend,
+    PodCreate,
+    PodRecord,
+    silence_bound,
+)
 from firepool.backends.gpus import discover
 from firepool.backends.gpus import fake_devices as make_fake_devices
 from firepool.backends.pod_state import PodStateFiles
@@ -255,6 +261,7 @@ class LocalBackend(BaseBackend):
             shared_devices=True,
             durable_state=True,
             memory_limit="cgroup-or-rlimit",
+            agent_fence=broker_silence_s,  # its agents' config, written at each create
         )
         self._load()
 
@@ -703,16 +710,3 @@ def _read_lines(path: Path) -> list[str]:
         return [line for line in path.read_text().splitlines() if line]
     except OSError:
         return []
-
-
-#: A broker restart takes seconds; a pool's keep-alive shorter than this is not a silence bound.
-MIN_BROKER_SILENCE_S = 30.0
-
-
-def silence_bound(setting: float | str | None, pool: PoolSpec) -> float | None:
-    """The agent's `broker_silence_s` for a pod of `pool`."""
-    if setting is None:
-        return None
-    if setting == "keep-alive":
-        return max(pool.idle_timeout, MIN_BROKER_SILENCE_S)
-    return float(setting)

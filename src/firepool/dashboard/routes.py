@@ -35,8 +35,8 @@ async def shell() -> HTMLResponse:
 @router.get("/dashboard/panel", response_class=HTMLResponse)
 async def dashboard_panel(session: Authed) -> HTMLResponse:
     context = session.context
-    hooks = context.hooks
-    rounds = hooks.round_allocations()
+    views = context.views
+    rounds = views.round_allocations()
     elastic_ids = sorted({job for r in rounds for job in r.pods})[:MAX_ELASTIC_JOBS]
 
     def read() -> tuple[list[JobRecord], frozenset[str]]:
@@ -54,10 +54,10 @@ async def dashboard_panel(session: Authed) -> HTMLResponse:
         caller=session.caller,
         now=context.clock(),
         pools=list(context.pools()),
-        stats=context.hooks.pool_stats(),
+        stats=views.pool_stats(),
         pods=pod_views(session),
         jobs=[JobOut.of(job) for job in jobs],
-        timeline=hooks.timeline(),
+        timeline=views.timeline(),
         rounds=rounds,
         own=own,
     )

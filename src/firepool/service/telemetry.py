@@ -3,7 +3,7 @@
 Why here and not in `api/metrics.py`: the service executes the core's actions, so it is where
 an acquisition, a commit, a reset or a verdict is known to have happened; the API must not
 import drivers, so the broker hands these metric objects to the app through a hook
-(`BrokerHooks.metric_collectors`) and the app registers them in its own registry. Each broker
+(`ReadModels.metric_collectors`) and the app registers them in its own registry. Each broker
 has its own objects (never the process-global registry), so several brokers in one process (the
 tests) never collide.
 

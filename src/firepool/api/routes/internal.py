@@ -21,7 +21,7 @@ class EventAck(StrictModel):
 def _pod(request: Request, pod: str | None) -> str:
     context: ApiContext = request.app.state.firepool
     token = bearer(request)
-    owner = context.hooks.pod_for_secret(token, pod) if token else None
+    owner = context.pod_access.pod_for_secret(token, pod) if token else None
     if owner is None:
         raise UnauthorizedError("not a pod of this broker", field="Authorization")
     return owner
@@ -32,7 +32,7 @@ async def exit_event(event: ExitEvent, request: Request) -> EventAck:
     """An attempt's exit, pushed by the agent of the pod it ran on."""
     _pod(request, event.pod)
     context: ApiContext = request.app.state.firepool
-    return EventAck(accepted=context.hooks.exit_event(event))
+    return EventAck(accepted=context.pod_access.exit_event(event))
 
 
 @router.get(
@@ -46,7 +46,7 @@ async def fetch_package(digest: str, request: Request) -> FileResponse:
     code: the same answer as for a package that is not stored)."""
     pod = _pod(request, None)
     context: ApiContext = request.app.state.firepool
-    if not context.hooks.pod_may_fetch(pod, digest):
+    if not context.pod_access.pod_may_fetch(pod, digest):
         raise NotFoundError(f"package {digest} is not the package of this pod's job",
                             field="digest")
     path = context.packages.path(digest)

@@ -189,7 +189,7 @@ async def report_progress(job_id: str, report: ProgressIn, request: Request) -> 
         )
     context: ApiContext = request.app.state.firepool
     token = bearer(request)
-    if not (token and context.hooks.progress_token_ok(report.attempt, token)):
+    if not (token and context.progress.progress_token_ok(report.attempt, token)):
         session = await authenticate(request)
         job = await run_in_threadpool(context.store.get, job_id)
         if job is None or job.caller != session.caller:
@@ -199,7 +199,7 @@ async def report_progress(job_id: str, report: ProgressIn, request: Request) -> 
                 f"job {job_id} is not elastic: only elastic jobs report progress",
                 field="job_id",
             )
-    accepted = context.hooks.progress(
+    accepted = context.progress.progress(
         job_id, report.attempt, samples_per_s=report.samples_per_s, fraction=report.fraction
     )
     return ProgressOut(job=job_id, attempt=report.attempt, accepted=accepted)

@@ -26,7 +26,7 @@ async def list_pods(session: Authed) -> PodList:
 def pod_views(session: Session) -> list[PodView]:
     """The pod list as `session`'s caller may see it (the dashboard shows the same)."""
     out: list[PodView] = []
-    for pod in session.context.hooks.pod_list():
+    for pod in session.context.views.pod_list():
         mine = session.admin or pod.owner == session.caller
         out.append(
             PodView(

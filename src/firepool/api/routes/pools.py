@@ -18,7 +18,7 @@ router = APIRouter(prefix="/v1/pools", tags=["pools"])
 async def list_pools(session: Authed) -> Response:
     """Every pool's spec, and how far each is on its current template."""
     context = session.context
-    rollouts = [rollout_view(r) for r in context.hooks.rollouts()]
+    rollouts = [rollout_view(r) for r in context.views.rollouts()]
     return json_response(
         PoolListOut.model_construct(pools=list(context.pools()), rollouts=rollouts)
     )
@@ -38,9 +38,9 @@ async def apply_pool(name: str, spec: PoolSpec, session: AdminSession) -> Respon
         raise RequestValidationError(
             f"the body names pool {spec.name!r}, the path {name!r}", field="name"
         )
-    hooks = session.context.hooks
-    applied = await hooks.apply_pool(spec)
-    progress = next(r for r in hooks.rollouts() if r.pool == applied.name)
+    context = session.context
+    applied = await context.pool_admin.apply_pool(spec)
+    progress = next(r for r in context.views.rollouts() if r.pool == applied.name)
     return json_response(PoolOut(pool=applied, rollout=rollout_view(progress)))
 
 

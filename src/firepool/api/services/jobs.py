@@ -49,7 +49,7 @@ async def submit(context: ApiContext, caller: str, spec: JobSpec) -> Submitted:
         submitted = await run_in_threadpool(context.store.submit, caller, spec, now=context.clock())
     if submitted.created:
         context.metrics.jobs_submitted.inc()
-        context.hooks.job_submitted(submitted.job)
+        context.signals.job_submitted(submitted.job)
     else:
         context.metrics.submit_replays.inc()
     return submitted
@@ -83,9 +83,9 @@ def cancel(context: ApiContext, caller: str, job_id: str) -> JobRecord:
     running_stop = after.state == JobState.RUNNING and after.cancel_requested
     cancelled_now = after.state == JobState.CANCELLED and before.state != JobState.CANCELLED
     if (running_stop and not before.cancel_requested) or cancelled_now:
-        context.hooks.cancel_requested(after)
+        context.signals.cancel_requested(after)
     if cancelled_now:
-        context.hooks.job_finished(after)  # long polls on it answer now
+        context.signals.job_finished(after)  # long polls on it answer now
     return after
 
 

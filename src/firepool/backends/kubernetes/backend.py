@@ -110,6 +110,7 @@ class KubernetesBackend(BaseBackend):
             durable_state=True,  # list_pods() reads the cluster
             memory_limit="container-limits",
             pods_on_this_host=False,
+            agent_fence=None,  # a cluster's pods outlive the broker: its agents never fence
         )
 
     @property

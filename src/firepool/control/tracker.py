@@ -78,6 +78,22 @@ POD_TRANSITIONS: dict[PodState, frozenset[PodState]] = {
 }
 
 
+#: The paths whose pod retires after this one job: `recycled` crossed a session boundary.
+_RETIRES_AFTER_JOB = frozenset({AcquisitionPath.RECYCLED})
+#: The states a claim may take a pod from (derived from the table, so they cannot disagree).
+_CLAIMABLE = frozenset(s for s, to in POD_TRANSITIONS.items() if PodState.ASSIGNED in to)
+
+
+def _discard(bucket: dict[str, None], name: str) -> None:
+    """Remove `name` from an ordered-set bucket. The walk takes the newest entry, and
+    `popitem` removes that one without leaving a hole at the dict's end that every later
+    newest-first scan (`reversed`) would have to step over."""
+    if next(reversed(bucket), None) == name:
+        bucket.popitem()
+    else:
+        bucket.pop(name, None)
+
+
 def _group(pod: Pod) -> str:
     """The physical GPU of a pod in a GPU pool (where every pod has one, by construction)."""
     group = pod.group
@@ -364,7 +380,7 @@ class Tracker:
             resetting = index.resetting.get(req.session, 0)
             if resetting and len(index.held_by_session.get(req.session, ())) < n:
                 return Wait(job, WaitReason.OWN_POD_RESETTING)
-        if not req.single_use and (req.image is None or req.image_pinned):
+        if req.simple or (not req.single_use and (req.image is None or req.image_pinned)):
             chosen = self._place(index, req, n, now)
         else:
             chosen = self._select_dedicated(index, req, n)
@@ -408,7 +424,6 @@ class Tracker:
         pod created for it (`custom_image`): it never crosses a boundary or takes a standby.
         """
         pods = self._pods
-        groups = self._groups
         pinned = req.image is not None
         chosen: list[Candidate] = []
         taken: set[str] = set()  # the GPUs of the pods chosen so far
@@ -416,17 +431,19 @@ class Tracker:
         # 1. The caller's own held pods of this very session, newest first.
         bucket = index.held_by_session.get(req.session)
         if bucket:
-            label = _PINNED_SESSION_LABEL if pinned else _SAME_SESSION_LABEL
+            path, reason = _PINNED_SESSION_LABEL if pinned else _SAME_SESSION_LABEL
             for name in reversed(bucket):
                 pod = pods[name]
                 if pod.hold_until <= now:
                     break  # newest hold expired, so every older one has too
                 group = pod.group  # set for every GPU pod, by construction
                 if group is not None:
-                    if not gate_open(groups[group], name) or (group in taken and not pinned):
+                    if not gate_open(self._groups[group], name) or (group in taken and not pinned):
                         continue
                     taken.add(group)
-                chosen.append((pod, *label))
+                if n == 1:
+                    return [(pod, path, reason)]  # the common claim, without the list's growth
+                chosen.append((pod, path, reason))
                 if len(chosen) == n:
                     return chosen
             if pinned:
@@ -444,6 +461,7 @@ class Tracker:
 
         # 3. Never-used idle pods, newest first.
         gpu = index.gpu
+        groups = self._groups
         for name in reversed(index.fresh):
             pod = pods[name]
             if gpu:
@@ -558,15 +576,29 @@ class Tracker:
         (a `recycled` one marked to retire at the session boundary) and enter their GPU's gate;
         the caller's counts grow."""
         job = req.job
-        groups = self._groups
         for pod, path, _reason in chosen:
-            self._unindex_available(index, pod)
-            self._set_state(pod, PodState.ASSIGNED)
+            if pod.state not in _CLAIMABLE:
+                self._set_state(pod, PodState.ASSIGNED)  # raises: not a legal transition
+            if pod.used:  # held for its owner (a used pod is never unheld idle)
+                key = pod.held_key  # `_unindex_held`, inline: this is the claim's hot path
+                assert key is not None, pod
+                held = index.held_by_session
+                bucket = held[key]
+                del bucket[pod.name]
+                if not bucket:
+                    del held[key]
+                mine = index.held_by_caller[key[0]]
+                del mine[pod.name]
+                if not mine:
+                    del index.held_by_caller[key[0]]
+                if path in _RETIRES_AFTER_JOB:
+                    pod.retire_after = RetireReason.SESSION_BOUNDARY
+            else:
+                self._unindex_idle(index, pod)
+            pod.state = PodState.ASSIGNED
             pod.job = job
-            if path is AcquisitionPath.RECYCLED:
-                pod.retire_after = RetireReason.SESSION_BOUNDARY
             if pod.group is not None:
-                grp = groups[pod.group]
+                grp = self._groups[pod.group]
                 if gpu_gate.enter(grp, pod.name):
                     self._make_active(grp, pod)
                 else:
@@ -860,7 +892,7 @@ class Tracker:
     def _index_held(self, index: _PoolIndex, pod: Pod) -> None:
         owner = pod.owner
         assert owner is not None and pod.queue is not None and pod.tag is not None
-        key = (owner, pod.queue, pod.tag, pod.image)
+        key = pod.held_key = (owner, pod.queue, pod.tag, pod.image)
         bucket = index.held_by_session.get(key)
         if bucket is None:
             bucket = index.held_by_session[key] = {}
@@ -872,29 +904,40 @@ class Tracker:
 
     def _unindex_available(self, index: _PoolIndex, pod: Pod) -> None:
         """Remove a pod from whichever claimable bucket it sits in (if any)."""
-        if pod.state is PodState.IDLE:
-            if pod.dedicated:
-                kind = (pod.single_use, pod.image)
-                fresh = index.dedicated_idle[kind]
-                del fresh[pod.name]
-                if not fresh:
-                    del index.dedicated_idle[kind]
-            elif pod.role is PodRole.STANDBY:
-                index.standby.pop(pod.name, None)
-            else:
-                index.fresh.pop(pod.name, None)
-        elif pod.state is PodState.HELD:
-            owner = pod.owner
-            assert owner is not None and pod.queue is not None and pod.tag is not None
-            key = (owner, pod.queue, pod.tag, pod.image)
-            bucket = index.held_by_session[key]
-            del bucket[pod.name]
-            if not bucket:
-                del index.held_by_session[key]
-            mine = index.held_by_caller[owner]
-            del mine[pod.name]
-            if not mine:
-                del index.held_by_caller[owner]
+        state = pod.state
+        if state is PodState.IDLE:
+            self._unindex_idle(index, pod)
+        elif state is PodState.HELD:
+            self._unindex_held(index, pod)
+
+    @staticmethod
+    def _unindex_idle(index: _PoolIndex, pod: Pod) -> None:
+        """Remove an idle (never-used) pod from its bucket."""
+        if pod.dedicated:
+            kind = (pod.single_use, pod.image)
+            fresh = index.dedicated_idle[kind]
+            del fresh[pod.name]
+            if not fresh:
+                del index.dedicated_idle[kind]
+        elif pod.role is PodRole.STANDBY:
+            index.standby.pop(pod.name, None)
+        else:
+            _discard(index.fresh, pod.name)
+
+    @staticmethod
+    def _unindex_held(index: _PoolIndex, pod: Pod) -> None:
+        """Remove a held pod from its session's and its owner's buckets."""
+        key = pod.held_key
+        assert key is not None, pod
+        name = pod.name
+        bucket = index.held_by_session[key]
+        del bucket[name]
+        if not bucket:
+            del index.held_by_session[key]
+        mine = index.held_by_caller[key[0]]
+        del mine[name]
+        if not mine:
+            del index.held_by_caller[key[0]]
 
     def _make_active(self, grp: Group, pod: Pod) -> None:
         """Promotion: the gate holder becomes the group's active pod; the previous active

@@ -386,15 +386,7 @@ class Tracker:
             chosen = self._select_dedicated(index, req, n)
         if chosen is None:
             return Wait(job, WaitReason.NO_CAPACITY)
-        self._commit_claim(index, req, chosen)
-        if n == 1:
-            pod, path, reason = chosen[0]
-            leased: tuple[LeasedPod, ...] = (LeasedPod(pod.name, path, reason, pod.gated),)
-        else:
-            leased = tuple(
-                LeasedPod(pod.name, path, reason, pod.gated) for pod, path, reason in chosen
-            )
-        return Lease(job, req.caller, req.pool, leased)
+        return self._commit_claim(index, req, chosen)
 
     def _caller_limit(self, index: _PoolIndex, caller: str, n: int) -> WaitReason | None:
         spec = index.spec
@@ -571,11 +563,12 @@ class Tracker:
         names = list(bucket)[:n]
         return [(self._pods[name], path, reason) for name in names]
 
-    def _commit_claim(self, index: _PoolIndex, req: ClaimRequest, chosen: list[Candidate]) -> None:
-        """Record a walk's choice: the pods leave their buckets, become assigned to the job
-        (a `recycled` one marked to retire at the session boundary) and enter their GPU's gate;
-        the caller's counts grow."""
+    def _commit_claim(self, index: _PoolIndex, req: ClaimRequest, chosen: list[Candidate]) -> Lease:
+        """Record a walk's choice, the one place a lease is recorded: the pods leave their
+        buckets, become assigned to the job (a `recycled` one marked to retire at the session
+        boundary) and enter their GPU's gate; the caller's counts grow."""
         job = req.job
+        caller = req.caller
         for pod, path, _reason in chosen:
             if pod.state not in _CLAIMABLE:
                 self._set_state(pod, PodState.ASSIGNED)  # raises: not a legal transition
@@ -604,13 +597,21 @@ class Tracker:
                 else:
                     pod.gated = True
         n = len(chosen)
-        self._jobs[job] = tuple([c[0].name for c in chosen]) if n > 1 else chosen[0][0].solo
         self._job_session[job] = req
         leased = index.leased_by_caller
-        leased[req.caller] = leased.get(req.caller, 0) + n
+        leased[caller] = leased.get(caller, 0) + n
         if index.gpu:
             gpus = n * index.spec.accelerators_per_pod
-            self._caller_gpus[req.caller] = self._caller_gpus.get(req.caller, 0) + gpus
+            self._caller_gpus[caller] = self._caller_gpus.get(caller, 0) + gpus
+        if n == 1:  # the loop's one pod
+            self._jobs[job] = pod.solo
+            return Lease(
+                job, caller, req.pool, (LeasedPod(pod.name, path, chosen[0][2], pod.gated),)
+            )
+        self._jobs[job] = tuple([c[0].name for c in chosen])
+        return Lease(
+            job, caller, req.pool, tuple(LeasedPod(p.name, pa, r, p.gated) for p, pa, r in chosen)
+        )
 
     # ------------------------------------------------------------------ after the claim
 

@@ -58,6 +58,7 @@ class Pod:
         "dedicated",
         "gated",
         "group",
+        "held_key",
         "hold_until",
         "idle_since",
         "image",
@@ -109,6 +110,9 @@ class Pod:
         self.hold_until = 0.0
         self.retire_after: RetireReason | None = None
         self.gated = False
+        #: While held: its bucket's session key (owner, queue, tag, image), built once when
+        #: the hold starts so that the claim that takes the pod need not build it again.
+        self.held_key: tuple[str, str, str, str | None] | None = None
 
     def __repr__(self) -> str:
         return f"Pod({self.name}, {self.pool}, {self.role}, {self.state}, owner={self.owner})"

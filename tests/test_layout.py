@@ -20,6 +20,7 @@ CROSS_CUTTING = {
     "test_docs_links.py": "the README and docs/ point only at things that exist",
     "test_import_cycles.py": "the import graph of the whole of src/firepool",
     "test_layout.py": "this file: the layout of tests/ itself",
+    "test_rules_in_core.py": "no paper rule in any module of service/ or sim/",
     "agent/test_agent_requirements.py": "deploy/docker/agent-requirements.txt against the agent",
     "agent/test_hostile_jobs.py": "hostile jobs against real pods (agent, backend and reset)",
     "agent/test_hostile_network.py": "hostile jobs against the network of real pods",

@@ -6,8 +6,8 @@ An embedded broker with the demo's pool (local process pods, cap 4) and a `train
 the demo's W-Agent loop with four agents (`firepool demo`'s programs and tags, all under one
 caller so one token sees every job) and two elastic jobs on `train` sized by OAK rounds every
 5 s. After the loop has run a while, headless Chromium (Selenium and the system's
-chromedriver, as in tests/service/test_broker_dashboard_browser.py) opens the dashboard, logs in with
-the caller's token, waits until the plots have samples and the elastic table has rounds, and
+chromedriver, as in tests/service/test_broker_dashboard_browser.py) opens the dashboard, logs
+in with the caller's token, waits until the plots have samples and the elastic table has rounds, and
 saves the page. Nothing is drawn by hand: every figure on the picture is the broker's.
 """
 

@@ -153,7 +153,7 @@ def _reap() -> None:
 
 def alive_nodes(head: str) -> int:
     """How many nodes the head's GCS counts alive. A private Ray API (there is no public one
-    without a dashboard); tests/service/test_ray_gangs.py breaks if it changes."""
+    without a dashboard); tests/service/test_broker_ray_gangs.py breaks if it changes."""
     from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
     infos = GcsClient(address=head).get_all_node_info(timeout=5)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from firepool.backends.base import MIN_BROKER_SILENCE_S, BackendCapabilities
-from firepool.model import PoolSpec
+from firepool.testing.control import cpu_pool
 
 
 def caps(fence: float | Literal["keep-alive"] | None) -> BackendCapabilities:
@@ -22,15 +22,15 @@ def caps(fence: float | Literal["keep-alive"] | None) -> BackendCapabilities:
 
 
 def test_agents_that_never_fence_bear_any_silence() -> None:
-    assert caps(None).broker_silence_s(PoolSpec(name="cpu")) is None
+    assert caps(None).broker_silence_s(cpu_pool()) is None
 
 
 def test_keep_alive_fence_follows_the_pool_with_a_floor() -> None:
-    long = PoolSpec(name="long", idle_timeout=600)
-    short = PoolSpec(name="short", idle_timeout=1)
+    long = cpu_pool("long", idle_timeout=600)
+    short = cpu_pool("short", idle_timeout=1)
     assert caps("keep-alive").broker_silence_s(long) == 600
     assert caps("keep-alive").broker_silence_s(short) == MIN_BROKER_SILENCE_S
 
 
 def test_a_fixed_fence_is_the_same_for_every_pool() -> None:
-    assert caps(7).broker_silence_s(PoolSpec(name="cpu")) == 7.0
+    assert caps(7).broker_silence_s(cpu_pool()) == 7.0

@@ -12,7 +12,8 @@ from pod_helpers import EventSink, backend_at, make_pod, pods_processes, py
 
 from firepool.agent import procfs
 from firepool.backends.agent_client import AgentClient
-from firepool.backends.local import MIN_BROKER_SILENCE_S, LocalBackend, silence_bound
+from firepool.backends.base import MIN_BROKER_SILENCE_S, silence_bound
+from firepool.backends.local import LocalBackend
 from firepool.model import ConfigError, UnavailableError
 from firepool.protocol import LaunchRequest
 from firepool.testing.control import cpu_pool

@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Callable, Mapping
 
 from firepool.backends.base import BackendCapabilities
+from firepool.control.keepalive import keepalive_interval
 from firepool.model import PoolSpec
 from firepool.service.pods import PodManager
 
@@ -32,8 +33,7 @@ def keepalive_s(
 ) -> float | None:
     """How often every pod hears from the broker: a quarter of the shortest silence its
     agents tolerate before ending their pods (None: they tolerate any)."""
-    bounds = [b for name in specs if (b := silence_s(capabilities, specs, name)) is not None]
-    return max(min(bounds) / 4, 0.05) if bounds else None
+    return keepalive_interval(silence_s(capabilities, specs, name) for name in specs)
 
 
 async def keepalive_loop(

@@ -2,6 +2,10 @@
 
 Results are NamedTuples rather than frozen dataclasses: they are built on the claim path, where
 a frozen dataclass's per-field `object.__setattr__` costs more than the whole index update.
+The two built on every claim, `Lease` and `LeasedPod`, are slotted dataclasses instead: a
+NamedTuple's `__new__` is Python code too, and the two of them took about a fifth of a claim
+(0.55 µs against 0.33 µs, `bench tracker`'s one-claimer loop). Nothing changes them once the
+tracker has returned them.
 
 `Pod` and `Group` are the tracker's own mutable records (slotted, about 0.5 KiB each with
 their index entries, so 100,000 pods fit in well under 100 MiB). Drivers and the scaler may
@@ -153,7 +157,7 @@ class ClaimRequest:
     image: str | None = None
     image_pinned: bool = False
     queued_at: float = 0.0
-    # Derived once, outside the tracker's lock: the claim path only reads them.
+    # Derived once, when the request is built: the claim path only reads them.
     session: tuple[str, str, str, str | None] = field(init=False, repr=False, compare=False)
     simple: bool = field(init=False, repr=False, compare=False)
 
@@ -163,14 +167,16 @@ class ClaimRequest:
         object.__setattr__(self, "simple", simple)
 
 
-class LeasedPod(NamedTuple):
+@dataclass(slots=True)
+class LeasedPod:
     name: str
     path: AcquisitionPath
     reason: AcquisitionReason
     gated: bool  # waits for the per-GPU gate: launch only after the tracker promotes it
 
 
-class Lease(NamedTuple):
+@dataclass(slots=True)
+class Lease:
     job: str
     caller: str
     pool: str

@@ -80,8 +80,15 @@ POD_TRANSITIONS: dict[PodState, frozenset[PodState]] = {
 
 #: The paths whose pod retires after this one job: `recycled` crossed a session boundary.
 _RETIRES_AFTER_JOB = frozenset({AcquisitionPath.RECYCLED})
-#: The states a claim may take a pod from (derived from the table, so they cannot disagree).
-_CLAIMABLE = frozenset(s for s, to in POD_TRANSITIONS.items() if PodState.ASSIGNED in to)
+#: What a claim makes of a pod in each state it may take one from: ASSIGNED, derived from the
+#: transition table so the two cannot disagree. One lookup both checks and moves the state.
+_CLAIMED = {s: PodState.ASSIGNED for s, to in POD_TRANSITIONS.items() if PodState.ASSIGNED in to}
+
+
+def _illegal(pod: Pod, state: PodState) -> InvalidTransitionError:
+    return InvalidTransitionError(
+        f"pod {pod.name}: {pod.state.value} -> {state.value} is not allowed", field="state"
+    )
 
 
 def _discard(bucket: dict[str, None], name: str) -> None:
@@ -461,7 +468,8 @@ class Tracker:
                 if group in taken or not gate_open(groups[group], name):
                     continue
                 taken.add(group)
-            chosen.append((pod, *fresh_label(pod, req)))
+            path, reason = fresh_label(pod, req)
+            chosen.append((pod, path, reason))
             if len(chosen) == n:
                 return chosen
         if not gpu:
@@ -570,8 +578,9 @@ class Tracker:
         job = req.job
         caller = req.caller
         for pod, path, _reason in chosen:
-            if pod.state not in _CLAIMABLE:
-                self._set_state(pod, PodState.ASSIGNED)  # raises: not a legal transition
+            claimed = _CLAIMED.get(pod.state)
+            if claimed is None:
+                raise _illegal(pod, PodState.ASSIGNED)
             if pod.used:  # held for its owner (a used pod is never unheld idle)
                 key = pod.held_key  # `_unindex_held`, inline: this is the claim's hot path
                 assert key is not None, pod
@@ -586,9 +595,11 @@ class Tracker:
                     del index.held_by_caller[key[0]]
                 if path in _RETIRES_AFTER_JOB:
                     pod.retire_after = RetireReason.SESSION_BOUNDARY
+            elif pod.name in index.fresh:  # the common never-used pod, without two calls
+                _discard(index.fresh, pod.name)
             else:
                 self._unindex_idle(index, pod)
-            pod.state = PodState.ASSIGNED
+            pod.state = claimed
             pod.job = job
             if pod.group is not None:
                 grp = self._groups[pod.group]
@@ -843,9 +854,7 @@ class Tracker:
 
     def _set_state(self, pod: Pod, state: PodState) -> None:
         if state not in POD_TRANSITIONS[pod.state]:
-            raise InvalidTransitionError(
-                f"pod {pod.name}: {pod.state.value} -> {state.value} is not allowed", field="state"
-            )
+            raise _illegal(pod, state)
         pod.state = state
 
     def _take_job(self, job: str) -> tuple[str, ...]:

@@ -8,6 +8,8 @@ import pytest
 from firepool.model import (
     JOB_TRANSITIONS,
     ConfigError,
+    ErrorCode,
+    JobErrorClass,
     JobSpec,
     JobState,
     PoolSpec,
@@ -15,6 +17,7 @@ from firepool.model import (
     attempt_id,
     forbidden_env_reason,
     parse_attempt_id,
+    parse_job_error_class,
 )
 
 
@@ -82,3 +85,25 @@ def test_attempt_ids_round_trip_and_reject_garbage() -> None:
     for bad in ("nojob", "job:", ":1", "job:x"):
         with pytest.raises(RequestValidationError):
             parse_attempt_id(bad)
+
+
+def test_a_jobs_end_class_is_apart_from_the_codes_of_refused_requests() -> None:
+    """Only the refusals that can end an accepted job share their string with an end class; no
+    request code such as `NotFound` or `Forbidden` can be a job's end."""
+    shared = {c.value for c in JobErrorClass} & {c.value for c in ErrorCode}
+    assert shared == {
+        "LaunchFailed",
+        "DependencyInstallFailed",
+        "Unschedulable",
+        "UnknownPool",
+        "InternalError",
+    }
+    assert JobErrorClass("Timeout") is JobErrorClass.TIMEOUT
+    with pytest.raises(ValueError):
+        JobErrorClass("NotFound")
+
+
+def test_a_stored_end_class_a_newer_broker_wrote_still_reads() -> None:
+    assert parse_job_error_class(None) is None
+    assert parse_job_error_class("Reclaimed") is JobErrorClass.RECLAIMED
+    assert parse_job_error_class("SomethingNewer") is JobErrorClass.INTERNAL

@@ -5,7 +5,7 @@ from __future__ import annotations
 from api_harness import Api
 
 from firepool.api.auth import TokenAuthenticator
-from firepool.model import UnauthorizedError
+from firepool.model import ErrorCode, JobErrorClass, UnauthorizedError
 from firepool.store import SqlJobStore
 from firepool.store.tokens import hash_token
 
@@ -35,6 +35,13 @@ def test_health_metrics_pools_and_openapi(api: Api) -> None:
     assert job_spec["additionalProperties"] is False
     assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     assert document["paths"]["/v1/jobs"]["post"]["security"] == [{"bearer": []}]
+    schemas = document["components"]["schemas"]
+    # a job's end class and a refusal's code are two enums: a caller switching on one never
+    # sees the other's values
+    assert set(schemas["JobErrorClass"]["enum"]) == {c.value for c in JobErrorClass}
+    assert set(schemas["ErrorCode"]["enum"]) == {c.value for c in ErrorCode}
+    assert "NotFound" not in schemas["JobErrorClass"]["enum"]
+    assert "Timeout" not in schemas["ErrorCode"]["enum"]
     unknown = api.alice.get("/v2/nothing")
     assert unknown.status_code == 404 and unknown.json()["error"] == "NotFound"
 

@@ -12,7 +12,7 @@ from cli_harness import Invoke
 from firepool.api.schemas import JobOut
 from firepool.cli.run import outcome
 from firepool.client import zip_directory
-from firepool.model import ErrorCode, JobState
+from firepool.model import JobErrorClass, JobState
 from firepool.testing.broker import LiveBroker
 
 MAIN = """\
@@ -89,7 +89,7 @@ def test_detach_prints_the_id(cli: Invoke, broker: LiveBroker) -> None:
 
 
 def test_exit_status_rules() -> None:
-    def job(state: JobState, code: int | None, error: ErrorCode | None = None) -> JobOut:
+    def job(state: JobState, code: int | None, error: JobErrorClass | None = None) -> JobOut:
         return JobOut.model_validate(
             {
                 "id": "j1",
@@ -112,8 +112,8 @@ def test_exit_status_rules() -> None:
         )
 
     assert outcome(job(JobState.SUCCEEDED, 0)) == (0, None)
-    assert outcome(job(JobState.FAILED, 3, ErrorCode.NON_ZERO_EXIT))[0] == 3
-    assert outcome(job(JobState.FAILED, -9, ErrorCode.KILLED))[0] == 137
-    assert outcome(job(JobState.FAILED, 300, ErrorCode.NON_ZERO_EXIT))[0] == 1
-    status, message = outcome(job(JobState.FAILED, None, ErrorCode.POD_LOST))
+    assert outcome(job(JobState.FAILED, 3, JobErrorClass.NON_ZERO_EXIT))[0] == 3
+    assert outcome(job(JobState.FAILED, -9, JobErrorClass.KILLED))[0] == 137
+    assert outcome(job(JobState.FAILED, 300, JobErrorClass.NON_ZERO_EXIT))[0] == 1
+    status, message = outcome(job(JobState.FAILED, None, JobErrorClass.POD_LOST))
     assert status == 1 and message is not None and "PodLost" in message

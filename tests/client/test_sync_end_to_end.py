@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from firepool.client import AsyncClient, Client, WaitTimeoutError
-from firepool.model import AcquisitionPath, ErrorCode, JobState
+from firepool.model import AcquisitionPath, JobErrorClass, JobState
 from firepool.testing.service import BrokerThread
 
 MAIN = """\
@@ -47,7 +47,7 @@ def test_run_returns_exit_code_and_acquisition(embedded: BrokerThread, package: 
     assert (failed.state, failed.exit_code, failed.error_class) == (
         JobState.FAILED,
         3,
-        ErrorCode.NON_ZERO_EXIT,
+        JobErrorClass.NON_ZERO_EXIT,
     )
     assert output == "working on ['3']\n"
     assert again.state == JobState.SUCCEEDED and again.exit_code == 0

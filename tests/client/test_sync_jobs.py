@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from firepool.client import Client
-from firepool.model import ErrorCode, JobState
+from firepool.model import JobErrorClass, JobState
 from firepool.testing.broker import LiveBroker
 
 
@@ -65,7 +65,9 @@ def test_list_filters_and_cancel(client: Client) -> None:
     a = client.submit("cpu", ["a"])
     b = client.submit("gpu", ["b"], queue="q2")
     cancelled = client.cancel(a.id)
-    assert cancelled.state == JobState.CANCELLED and cancelled.error_class == ErrorCode.CANCELLED
+    assert (
+        cancelled.state == JobState.CANCELLED and cancelled.error_class == JobErrorClass.CANCELLED
+    )
     assert [j.id for j in client.list()] == [a.id, b.id]
     assert [j.id for j in client.list(state="QUEUED")] == [b.id]
     assert [j.id for j in client.list(state=[JobState.QUEUED, JobState.CANCELLED])] == [a.id, b.id]
@@ -85,13 +87,13 @@ def test_wait_polls_until_terminal(client: Client, broker: LiveBroker) -> None:
     worker = later(
         0.3,
         lambda: broker.finish(
-            job.id, JobState.FAILED, exit_code=3, error_class=ErrorCode.NON_ZERO_EXIT
+            job.id, JobState.FAILED, exit_code=3, error_class=JobErrorClass.NON_ZERO_EXIT
         ),
     )
     done = client.wait(job.id, timeout=20)
     worker.join()
     assert done.state == JobState.FAILED and done.exit_code == 3
-    assert done.error_class == ErrorCode.NON_ZERO_EXIT
+    assert done.error_class == JobErrorClass.NON_ZERO_EXIT
     assert [(p.name, p.acquisition.value, p.reason) for p in done.pods] == [
         ("cpu-0", "warm", "no_own_pod")
     ]

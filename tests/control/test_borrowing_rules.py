@@ -12,7 +12,7 @@ from firepool.control.borrowing import borrowed_limit, plan_giveback
 from firepool.control.core import CoreConfig
 from firepool.control.records import RetireReason
 from firepool.control.tracker import Tracker
-from firepool.model import ErrorCode, JobState, PodState
+from firepool.model import JobErrorClass, JobState, PodState
 from firepool.testing.control import cpu_pool, gpu_pool, lease, ready_pods, request
 from firepool.testing.core_driver import StepDriver
 
@@ -64,7 +64,7 @@ def test_a_grant_creates_pods_and_a_reclaim_gives_one_card_back_per_card() -> No
     driver.act(actions)
     assert core.capacity_changed("H200", 1, driver.now) == []  # asked once, given once
     driver.finish(driver.launched.index(young))
-    assert driver.verdicts[young] == [ErrorCode.RECLAIMED]  # retried though max_retries=0
+    assert driver.verdicts[young] == [JobErrorClass.RECLAIMED]  # retried though max_retries=0
     (leaving,) = driver.deleting
     assert core.tracker.get(leaving).retire_after is RetireReason.RECLAIMED
     assert core.tracker.get(leaving).state is PodState.RETIRING
@@ -152,7 +152,7 @@ def test_a_reclaim_never_uses_up_the_job_s_retries() -> None:
         driver.tick()
         driver.ready()
     driver.finish(exit_code=3)  # a real failure: its one retry
-    assert driver.verdicts[job] == [ErrorCode.RECLAIMED, ErrorCode.NON_ZERO_EXIT]
+    assert driver.verdicts[job] == [JobErrorClass.RECLAIMED, JobErrorClass.NON_ZERO_EXIT]
     assert job not in driver.finished
     driver.settle()  # the next attempt exits 0
     assert driver.finished[job] is JobState.SUCCEEDED
@@ -179,7 +179,7 @@ def test_reclaims_count_from_the_stored_ticket_so_a_restart_changes_no_retry_dec
         after.tick()
         after.ready()
     after.finish(exit_code=3)  # the first real failure uses the one retry, it ends nothing
-    assert after.verdicts[job] == [ErrorCode.NON_ZERO_EXIT]
+    assert after.verdicts[job] == [JobErrorClass.NON_ZERO_EXIT]
     assert job not in after.finished
     assert (after.tickets[job].retries, after.tickets[job].failures) == (2, 1)
     after.finish(exit_code=3)  # the second one is over the limit

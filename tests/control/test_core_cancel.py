@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from firepool.control.actions import Action, DeletePod, RecordVerdict
 from firepool.control.dispatch import AttemptEnd, Verdict, judge, no_retry_after_cancel
-from firepool.model import ErrorCode, JobState
+from firepool.model import JobErrorClass, JobState
 from firepool.testing.control import cpu_pool
 from firepool.testing.core_driver import StepDriver
 
@@ -31,7 +31,7 @@ def test_a_retry_becomes_cancelled_with_its_exit_code_kept() -> None:
     assert retry.retry
     cancelled = no_retry_after_cancel(judge(AttemptEnd(exit_code=3), 0, 1))
     assert (cancelled.state, cancelled.error_class, cancelled.exit_code) == (
-        JobState.CANCELLED, ErrorCode.CANCELLED, 3)
+        JobState.CANCELLED, JobErrorClass.CANCELLED, 3)
     final = no_retry_after_cancel(judge(AttemptEnd(exit_code=0), 0, 1))
     assert final.state is JobState.SUCCEEDED  # the attempt ended before the cancel
     assert no_retry_after_cancel(final) is final

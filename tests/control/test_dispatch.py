@@ -6,7 +6,7 @@ import pytest
 
 from firepool.control.dispatch import AttemptEnd, QueuedJob, dispatch_pass, judge, timed_out
 from firepool.control.tracker import Tracker
-from firepool.model import ErrorCode, JobState
+from firepool.model import JobErrorClass, JobState
 from firepool.testing.control import cpu_pool, ready_pods, request
 
 
@@ -29,25 +29,25 @@ def test_priority_then_age_and_a_blocked_gang_does_not_block_smaller_jobs() -> N
     ("end", "retries", "state", "error", "code"),
     [
         (AttemptEnd(exit_code=0), 0, JobState.SUCCEEDED, None, 0),
-        (AttemptEnd(exit_code=3), 0, JobState.FAILED, ErrorCode.NON_ZERO_EXIT, 3),
-        (AttemptEnd(exit_code=3), 1, JobState.QUEUED, ErrorCode.NON_ZERO_EXIT, 3),
-        (AttemptEnd(exit_code=137, oom=True), 0, JobState.FAILED, ErrorCode.OOM, 137),
-        (AttemptEnd(signal=9), 0, JobState.FAILED, ErrorCode.KILLED, None),
-        (AttemptEnd(launch_failed=True), 0, JobState.FAILED, ErrorCode.LAUNCH_FAILED, None),
-        (AttemptEnd(pod_lost=True), 1, JobState.QUEUED, ErrorCode.POD_LOST, None),
-        (AttemptEnd(timed_out=True), 1, JobState.FAILED, ErrorCode.TIMEOUT, None),
-        (AttemptEnd(cancelled=True), 1, JobState.CANCELLED, ErrorCode.CANCELLED, None),
+        (AttemptEnd(exit_code=3), 0, JobState.FAILED, JobErrorClass.NON_ZERO_EXIT, 3),
+        (AttemptEnd(exit_code=3), 1, JobState.QUEUED, JobErrorClass.NON_ZERO_EXIT, 3),
+        (AttemptEnd(exit_code=137, oom=True), 0, JobState.FAILED, JobErrorClass.OOM, 137),
+        (AttemptEnd(signal=9), 0, JobState.FAILED, JobErrorClass.KILLED, None),
+        (AttemptEnd(launch_failed=True), 0, JobState.FAILED, JobErrorClass.LAUNCH_FAILED, None),
+        (AttemptEnd(pod_lost=True), 1, JobState.QUEUED, JobErrorClass.POD_LOST, None),
+        (AttemptEnd(timed_out=True), 1, JobState.FAILED, JobErrorClass.TIMEOUT, None),
+        (AttemptEnd(cancelled=True), 1, JobState.CANCELLED, JobErrorClass.CANCELLED, None),
         (
             AttemptEnd(dependency_failed=True, exit_code=1),
             0,
             JobState.FAILED,
-            ErrorCode.DEPENDENCY_INSTALL_FAILED,
+            JobErrorClass.DEPENDENCY_INSTALL_FAILED,
             1,
         ),
     ],
 )
 def test_verdicts(
-    end: AttemptEnd, retries: int, state: JobState, error: ErrorCode | None, code: int | None
+    end: AttemptEnd, retries: int, state: JobState, error: JobErrorClass | None, code: int | None
 ) -> None:
     # `retries` here is the number of retries still allowed after this attempt.
     verdict = judge(end, retries=0, max_retries=retries)

@@ -10,7 +10,7 @@ import pytest
 
 from firepool.control.dispatch import AttemptEnd, QueuedJob, dispatch_pass, judge
 from firepool.control.tracker import Tracker
-from firepool.model import AcquisitionPath, ErrorCode, JobState
+from firepool.model import AcquisitionPath, JobErrorClass, JobState
 from firepool.testing.control import cpu_pool, ready_pods, request, run_job
 
 
@@ -18,16 +18,16 @@ from firepool.testing.control import cpu_pool, ready_pods, request, run_job
     ("end", "max_retries", "state", "error"),
     [
         (AttemptEnd(exit_code=0), 0, JobState.SUCCEEDED, None),
-        (AttemptEnd(exit_code=2), 0, JobState.FAILED, ErrorCode.NON_ZERO_EXIT),
-        (AttemptEnd(exit_code=2), 3, JobState.QUEUED, ErrorCode.NON_ZERO_EXIT),
-        (AttemptEnd(exit_code=143, timed_out=True), 3, JobState.FAILED, ErrorCode.TIMEOUT),
-        (AttemptEnd(exit_code=143, cancelled=True), 3, JobState.CANCELLED, ErrorCode.CANCELLED),
-        (AttemptEnd(exit_code=1, pod_lost=True), 0, JobState.FAILED, ErrorCode.POD_LOST),
+        (AttemptEnd(exit_code=2), 0, JobState.FAILED, JobErrorClass.NON_ZERO_EXIT),
+        (AttemptEnd(exit_code=2), 3, JobState.QUEUED, JobErrorClass.NON_ZERO_EXIT),
+        (AttemptEnd(exit_code=143, timed_out=True), 3, JobState.FAILED, JobErrorClass.TIMEOUT),
+        (AttemptEnd(exit_code=143, cancelled=True), 3, JobState.CANCELLED, JobErrorClass.CANCELLED),
+        (AttemptEnd(exit_code=1, pod_lost=True), 0, JobState.FAILED, JobErrorClass.POD_LOST),
     ],
     ids=["ok", "failed", "retried", "timeout", "cancelled", "lost"],
 )
 def test_every_verdict_keeps_the_exit_code_and_the_message(
-    end: AttemptEnd, max_retries: int, state: JobState, error: ErrorCode | None
+    end: AttemptEnd, max_retries: int, state: JobState, error: JobErrorClass | None
 ) -> None:
     end = dataclasses.replace(end, message="the agent's words")
     verdict = judge(end, retries=0, max_retries=max_retries)
@@ -39,10 +39,10 @@ def test_every_verdict_keeps_the_exit_code_and_the_message(
 def test_nothing_exited_and_no_reason_given_is_a_failed_launch() -> None:
     verdict = judge(AttemptEnd(), retries=0, max_retries=0)
     assert (verdict.state, verdict.error_class, verdict.exit_code) == (
-        JobState.FAILED, ErrorCode.LAUNCH_FAILED, None,
+        JobState.FAILED, JobErrorClass.LAUNCH_FAILED, None,
     )  # fmt: skip
     retried = judge(AttemptEnd(), retries=0, max_retries=1)
-    assert (retried.state, retried.error_class) == (JobState.QUEUED, ErrorCode.LAUNCH_FAILED)
+    assert (retried.state, retried.error_class) == (JobState.QUEUED, JobErrorClass.LAUNCH_FAILED)
 
 
 def test_a_pass_claims_at_its_own_now() -> None:

@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 import firepool
 from firepool.control.dispatch import AttemptEnd, judge
 from firepool.control.gang import GangExit, GangOver, RankExit, StopRanks, gang_topology
-from firepool.model import ElasticSpec, ErrorCode, JobKind, JobSpec, JobState, Topology
+from firepool.model import (
+    ElasticSpec,
+    JobErrorClass,
+    JobKind,
+    JobSpec,
+    JobState,
+    Topology,
+)
 
 PODS = ("p0", "p1", "p2")
 TERM = RankExit(None, signal=15)
@@ -35,7 +42,7 @@ def test_a_failing_rank_stops_the_others_and_is_the_cause() -> None:
     assert (end.exit_code, end.signal) == (7, None)
     assert end.message == "rank 1 failed first; the other ranks were stopped"
     assert judge(end, 0, 0) == judge(AttemptEnd(exit_code=7, message=end.message), 0, 0)
-    assert judge(end, 0, 0).error_class is ErrorCode.NON_ZERO_EXIT
+    assert judge(end, 0, 0).error_class is JobErrorClass.NON_ZERO_EXIT
 
 
 def test_the_stop_is_asked_again_while_a_failure_has_ranks_running() -> None:
@@ -75,7 +82,7 @@ def test_a_ray_gang_ends_with_rank_0_and_its_stopped_nodes_are_no_failure() -> N
     plain = GangExit(PODS)  # the same exits fail a gang that is no Ray gang
     plain.woke({"p0": OK})
     assert plain.woke({"p1": TERM, "p2": TERM}) != [StopRanks()]
-    assert judge(plain.end(), 0, 0).error_class is ErrorCode.KILLED
+    assert judge(plain.end(), 0, 0).error_class is JobErrorClass.KILLED
 
 
 def test_a_ray_node_failing_before_the_driver_is_the_cause() -> None:
@@ -122,7 +129,7 @@ def test_any_ranks_oom_or_timeout_is_the_attempts() -> None:
     gang.woke({"p1": RankExit(None, signal=9, oom=True)})
     end = ended(gang.woke({"p0": RankExit(None, signal=15, timed_out=True)}))
     assert end.oom and end.timed_out
-    assert judge(end, 0, 0).error_class is ErrorCode.TIMEOUT
+    assert judge(end, 0, 0).error_class is JobErrorClass.TIMEOUT
 
 
 def test_a_repeated_or_unknown_exit_changes_nothing() -> None:

@@ -20,7 +20,7 @@ from firepool.control.tracker import Tracker
 from firepool.model import (
     AcquisitionPath,
     ElasticSpec,
-    ErrorCode,
+    JobErrorClass,
     JobKind,
     JobSpec,
     JobState,
@@ -173,7 +173,9 @@ def test_a_lost_attempt_is_judged_like_any_lost_pod_and_respects_max_retries() -
     last = running_job("j", "p1", retries=1, max_retries=1)
     actions = core.recovery_lost(last.ticket, 10.0)
     verdicts = [a.verdict for a in actions if isinstance(a, RecordVerdict)]
-    assert [(v.state, v.error_class) for v in verdicts] == [(JobState.FAILED, ErrorCode.POD_LOST)]
+    assert [(v.state, v.error_class) for v in verdicts] == [
+        (JobState.FAILED, JobErrorClass.POD_LOST)
+    ]
     assert not any(isinstance(a, DeletePod) for a in actions)  # held until it is stored:
     later = core.verdict_recorded(last.ticket, JobState.FAILED, 11.0)
     assert later[0] == DeletePod("p1", RetireReason.UNCLEAN_RESET)  # released unclean
@@ -195,9 +197,9 @@ def test_a_reclaim_before_the_restart_does_not_use_up_a_retry() -> None:
     same attempt fails with the broker up. It used to count the reclaim too and fail."""
     spec = JobSpec(pool="cpu", command=["x"], max_retries=1)
     reclaimed = Ticket("j", "alice", spec, 0.0, retries=1, reclaims=1)
-    assert lost_in_a_restart(reclaimed) == (JobState.QUEUED, ErrorCode.POD_LOST)
+    assert lost_in_a_restart(reclaimed) == (JobState.QUEUED, JobErrorClass.POD_LOST)
     failed_once = Ticket("j", "alice", spec, 0.0, retries=1, reclaims=0)
-    assert lost_in_a_restart(failed_once) == (JobState.FAILED, ErrorCode.POD_LOST)
+    assert lost_in_a_restart(failed_once) == (JobState.FAILED, JobErrorClass.POD_LOST)
 
 
 def test_an_elastic_job_resized_before_the_restart_is_judged_by_its_own_rule() -> None:
@@ -215,7 +217,7 @@ def test_an_elastic_job_resized_before_the_restart_is_judged_by_its_own_rule() -
         elastic=ElasticSpec(app="cifar10", min_pods=1, max_pods=2),
     )
     resized = Ticket("e", "alice", spec, 0.0, retries=2)
-    assert lost_in_a_restart(resized, core) == (JobState.QUEUED, ErrorCode.POD_LOST)
+    assert lost_in_a_restart(resized, core) == (JobState.QUEUED, JobErrorClass.POD_LOST)
 
 
 def test_standbys_are_not_promoted_until_the_sweep_has_verified_their_gpu() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 
-from firepool.model import AcquisitionPath, ErrorCode, JobState
+from firepool.model import AcquisitionPath, JobErrorClass, JobState
 from firepool.testing.service import BrokerThread, run, submit, wait_job
 
 FIRST_ACTION = """\
@@ -56,7 +56,7 @@ def _check_terminal(broker: BrokerThread, answer: dict, *, exited: bool) -> None
     if record.state is JobState.SUCCEEDED:
         assert record.error_class is None and answer["error_class"] is None
     else:
-        assert isinstance(record.error_class, ErrorCode)
+        assert isinstance(record.error_class, JobErrorClass)
         assert answer["error_class"] == record.error_class.value
     # exit code: present if and only if a process exited
     assert answer["exit_code"] == record.exit_code

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from firepool.control.dispatch import AttemptEnd, judge
-from firepool.model import AcquisitionPath, ConfigError, ErrorCode, JobSpec, PodState
+from firepool.model import AcquisitionPath, ConfigError, JobErrorClass, JobSpec, PodState
 from firepool.service.broker import BrokerConfig
 from firepool.service.capacity import FileCapacitySource, open_capacity_source, parse_reading
 from firepool.service.catalog import Catalog
@@ -86,7 +86,7 @@ def test_idle_cards_go_back_first_then_the_youngest_job_is_reclaimed(tmp_path: P
         wait_until("bob's attempt reclaimed", lambda: job(bob, b)["retries"] == 1)
         assert job(bob, b)["state"] == "QUEUED"
         first = broker.embedded.store.attempts(b)[0]
-        assert (first.retry, first.error_class) == (0, ErrorCode.RECLAIMED)
+        assert (first.retry, first.error_class) == (0, JobErrorClass.RECLAIMED)
         wait_until("the reclaimed card is free", lambda: list(pods(broker)) == [a_pod])
         assert job(alice, a)["state"] == "RUNNING"  # the older job kept its card
 
@@ -166,7 +166,7 @@ def test_a_reclaim_read_back_after_a_restart_still_uses_no_failure_retry(tmp_pat
                            now=0.0).job
         job = store.start(job, [PodBinding(0, "gpu-1", AcquisitionPath.NEW, "none")],
                           now=1.0)
-        store.requeue(job, now=2.0, error_class=ErrorCode.RECLAIMED)
+        store.requeue(job, now=2.0, error_class=JobErrorClass.RECLAIMED)
     finally:
         store.close()
     reopened = open_store(data_dir=tmp_path)  # the restarted broker's store

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from firepool.control.dispatch import Verdict
-from firepool.model import ErrorCode, JobState
+from firepool.model import JobErrorClass, JobState
 from firepool.service.broker import BrokerConfig
 from firepool.service.catalog import Catalog
 from firepool.testing.control import cpu_pool
@@ -98,7 +98,7 @@ def test_a_cancel_landing_while_the_verdict_is_written_wins(tmp_path: Path) -> N
         assert committed is not None and committed.state is JobState.RUNNING
         after_cancel = store.cancel(job_id, now=time.time())
         assert after_cancel.cancel_requested and after_cancel.version > committed.version
-        retry = Verdict(JobState.QUEUED, ErrorCode.NON_ZERO_EXIT, 1)
+        retry = Verdict(JobState.QUEUED, JobErrorClass.NON_ZERO_EXIT, 1)
         core = b.embedded.broker.core
         refused = lambda fresh, v: core.verdict_refused(  # noqa: E731
             v, cancel_requested=fresh.cancel_requested)

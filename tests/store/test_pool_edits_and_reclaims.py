@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from firepool.model import AcquisitionPath, ErrorCode, JobSpec, JobState
+from firepool.model import AcquisitionPath, JobErrorClass, JobSpec, JobState
 from firepool.store import JobStore, PodBinding, open_store
 from firepool.store.engine import create_engine
 from firepool.store.migrate import upgrade
@@ -31,10 +31,10 @@ def test_an_applied_edit_replaces_the_pool_s_earlier_one(store: JobStore) -> Non
 def test_a_reclaimed_requeue_is_counted_and_a_failed_one_is_not(store: JobStore) -> None:
     job = store.submit("alice", SPEC, now=0.0).job
     job = store.start(job, [WARM], now=1.0)
-    job = store.requeue(job, now=2.0, error_class=ErrorCode.RECLAIMED)
+    job = store.requeue(job, now=2.0, error_class=JobErrorClass.RECLAIMED)
     assert (job.retries, job.reclaims) == (1, 1)
     job = store.start(job, [WARM], now=3.0)
-    job = store.requeue(job, now=4.0, error_class=ErrorCode.NON_ZERO_EXIT)
+    job = store.requeue(job, now=4.0, error_class=JobErrorClass.NON_ZERO_EXIT)
     assert (job.retries, job.reclaims) == (2, 1)
     read = store.get(job.id)
     assert read is not None and (read.retries, read.reclaims) == (2, 1)
@@ -49,7 +49,7 @@ def test_edits_and_reclaims_survive_reopening_the_store(db: Scratch) -> None:
         store.save_pool_edit(edit, now=5.0)
         job = store.submit("alice", SPEC, now=0.0).job
         job = store.start(job, [WARM], now=1.0)
-        store.requeue(job, now=2.0, error_class=ErrorCode.RECLAIMED)
+        store.requeue(job, now=2.0, error_class=JobErrorClass.RECLAIMED)
     finally:
         store.close()
     reopened = open_store(db.url, **db.engine_options)

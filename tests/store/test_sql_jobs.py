@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from firepool.model import (
     AcquisitionPath,
     ConflictError,
-    ErrorCode,
     InvalidTransitionError,
+    JobErrorClass,
     JobSpec,
     JobState,
     LostRaceError,
@@ -145,7 +145,7 @@ def test_illegal_transitions_are_refused_before_writing(store: JobStore) -> None
         store.finish(job, JobState.RUNNING, now=2.0)
     with pytest.raises(InvalidTransitionError):
         store.requeue(job, now=2.0)
-    done = store.finish(job, JobState.FAILED, now=2.0, error_class=ErrorCode.UNKNOWN_POOL)
+    done = store.finish(job, JobState.FAILED, now=2.0, error_class=JobErrorClass.UNKNOWN_POOL)
     with pytest.raises(InvalidTransitionError):
         store.start(done, [], now=3.0)
     stored = store.get(job.id)
@@ -155,7 +155,7 @@ def test_illegal_transitions_are_refused_before_writing(store: JobStore) -> None
 def test_requeue_then_retry_gets_a_new_attempt_id(store: JobStore) -> None:
     job = store.submit("alice", spec(max_retries=2), now=1.0).job
     first = store.start(job, [WARM], now=2.0)
-    queued = store.requeue(first, now=3.0, error_class=ErrorCode.POD_LOST)
+    queued = store.requeue(first, now=3.0, error_class=JobErrorClass.POD_LOST)
     assert queued.retries == 1 and queued.state == JobState.QUEUED and queued.pods == ()
     assert store.get(job.id) == queued
     second = store.start(
@@ -163,16 +163,21 @@ def test_requeue_then_retry_gets_a_new_attempt_id(store: JobStore) -> None:
     )
     assert second.attempt == f"{job.id}:1"
     done = store.finish(
-        second, JobState.FAILED, now=5.0, exit_code=137, error_class=ErrorCode.OOM, message="oom"
+        second,
+        JobState.FAILED,
+        now=5.0,
+        exit_code=137,
+        error_class=JobErrorClass.OOM,
+        message="oom",
     )
     stored = store.get(job.id)
     assert stored == done
-    assert (stored.exit_code, stored.error_class, stored.retries) == (137, ErrorCode.OOM, 1)
+    assert (stored.exit_code, stored.error_class, stored.retries) == (137, JobErrorClass.OOM, 1)
     assert stored.pods[0].pod == "p2"
     history = store.attempts(job.id)
     assert [(a.id, a.state, a.error_class) for a in history] == [
-        (f"{job.id}:0", JobState.FAILED, ErrorCode.POD_LOST),
-        (f"{job.id}:1", JobState.FAILED, ErrorCode.OOM),
+        (f"{job.id}:0", JobState.FAILED, JobErrorClass.POD_LOST),
+        (f"{job.id}:1", JobState.FAILED, JobErrorClass.OOM),
     ]
     assert history[1].exit_code == 137 and history[1].finished_at == 5.0
 
@@ -198,7 +203,9 @@ def test_success_keeps_exit_code_and_timings(store: JobStore) -> None:
 def test_cancel_queued_running_and_finished(store: JobStore) -> None:
     queued = store.submit("alice", spec(), now=1.0).job
     cancelled = store.cancel(queued.id, now=2.0)
-    assert cancelled.state == JobState.CANCELLED and cancelled.error_class == ErrorCode.CANCELLED
+    assert (
+        cancelled.state == JobState.CANCELLED and cancelled.error_class == JobErrorClass.CANCELLED
+    )
     assert store.get(queued.id) == cancelled
     assert store.cancel(queued.id, now=3.0) == cancelled  # idempotent
 
@@ -210,7 +217,7 @@ def test_cancel_queued_running_and_finished(store: JobStore) -> None:
     assert store.cancel(job.id, now=4.0) == marked
     with pytest.raises(LostRaceError):
         store.finish(running, JobState.SUCCEEDED, now=5.0, exit_code=0)  # must re-read first
-    final = store.finish(marked, JobState.CANCELLED, now=5.0, error_class=ErrorCode.CANCELLED)
+    final = store.finish(marked, JobState.CANCELLED, now=5.0, error_class=JobErrorClass.CANCELLED)
     assert store.get(job.id) == final
 
 

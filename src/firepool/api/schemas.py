@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 from firepool.model import (
     AcquisitionPath,
     ErrorCode,
+    JobErrorClass,
     JobSpec,
     JobState,
     PoolSpec,
@@ -65,7 +66,7 @@ class JobOut(StrictModel):
     lease_tag: str
     request_id: str | None
     exit_code: int | None
-    error_class: ErrorCode | None
+    error_class: JobErrorClass | None
     message: str | None
     retries: int
     cancel_requested: bool

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from firepool.control.admission import CreateOrder
 from firepool.control.dispatch import Verdict
 from firepool.control.records import Lease, RetireReason, Ticket
-from firepool.model import ErrorCode
+from firepool.model import JobErrorClass
 
 
 class StopMode(StrEnum):
@@ -75,7 +75,7 @@ class FailQueued(NamedTuple):
     """A queued job that can never run ends FAILED with a typed class, without an attempt."""
 
     job: str
-    error: ErrorCode
+    error: JobErrorClass
     message: str
 
 

@@ -69,7 +69,7 @@ from firepool.control.rollout import RolloutProgress, applied_spec, rollout_prog
 from firepool.control.scaler import QueuedDemand, ScalerConfig, plan
 from firepool.control.tracker import Tracker
 from firepool.model import (
-    ErrorCode,
+    JobErrorClass,
     JobKind,
     JobState,
     PodRole,
@@ -241,7 +241,7 @@ class BrokerCore:
             if spec.pool not in self.specs:
                 actions += self._fail_queued(
                     job,
-                    ErrorCode.UNKNOWN_POOL,
+                    JobErrorClass.UNKNOWN_POOL,
                     f"pool {spec.pool!r} is not in this broker's catalog",
                     now,
                 )
@@ -250,7 +250,7 @@ class BrokerCore:
             if spec.kind is _ELASTIC:
                 if elastic is None:
                     actions += self._fail_queued(
-                        job, ErrorCode.UNSCHEDULABLE, "this broker runs no round policy", now
+                        job, JobErrorClass.UNSCHEDULABLE, "this broker runs no round policy", now
                     )
                     continue
                 elastic.submit(queued.ticket, now)  # a no-op unless it was missed
@@ -741,7 +741,7 @@ class BrokerCore:
             if job in self.queued:
                 actions += self._fail_queued(
                     job,
-                    ErrorCode.UNSCHEDULABLE,
+                    JobErrorClass.UNSCHEDULABLE,
                     f"no size of this elastic job can run here: {reason}",
                     None,
                 )
@@ -768,7 +768,7 @@ class BrokerCore:
         return [StopAttempt(job, StopMode.KILL)]
 
     def _fail_queued(
-        self, job: str, error: ErrorCode, message: str, now: float | None
+        self, job: str, error: JobErrorClass, message: str, now: float | None
     ) -> list[Action]:
         self._dequeue(job)
         actions: list[Action] = [FailQueued(job, error, message)]
@@ -852,7 +852,7 @@ def reclaimed_verdict(end: AttemptEnd) -> Verdict:
     its retries, since the owner's reclaim is no fault of the job's."""
     return Verdict(
         JobState.QUEUED,
-        ErrorCode.RECLAIMED,
+        JobErrorClass.RECLAIMED,
         end.exit_code,
         "the borrowed capacity this attempt ran on was reclaimed by its owner",
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from firepool.control.records import ClaimRequest, Lease, Wait, WaitReason
 from firepool.control.reservations import GangReservations
 from firepool.control.tracker import Tracker
-from firepool.model import ErrorCode, JobState
+from firepool.model import JobErrorClass, JobState
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +103,7 @@ class Verdict:
     """What becomes of the job: a terminal state, or QUEUED for a new attempt."""
 
     state: JobState
-    error_class: ErrorCode | None
+    error_class: JobErrorClass | None
     exit_code: int | None
     message: str | None = None
 
@@ -121,7 +121,7 @@ def no_retry_after_cancel(verdict: Verdict) -> Verdict:
         return verdict
     return Verdict(
         JobState.CANCELLED,
-        ErrorCode.CANCELLED,
+        JobErrorClass.CANCELLED,
         verdict.exit_code,
         "cancelled after its attempt ended, before a retry",
     )
@@ -133,24 +133,24 @@ def judge(end: AttemptEnd, retries: int, max_retries: int) -> Verdict:
     came meanwhile: `no_retry_after_cancel`, which the core applies to every verdict)."""
     code = end.exit_code
     if end.cancelled:
-        return Verdict(JobState.CANCELLED, ErrorCode.CANCELLED, code, end.message)
+        return Verdict(JobState.CANCELLED, JobErrorClass.CANCELLED, code, end.message)
     if end.timed_out:
-        return Verdict(JobState.FAILED, ErrorCode.TIMEOUT, code, end.message)
-    error: ErrorCode | None
+        return Verdict(JobState.FAILED, JobErrorClass.TIMEOUT, code, end.message)
+    error: JobErrorClass | None
     if end.oom:
-        error = ErrorCode.OOM
+        error = JobErrorClass.OOM
     elif end.launch_failed:
-        error = ErrorCode.LAUNCH_FAILED
+        error = JobErrorClass.LAUNCH_FAILED
     elif end.dependency_failed:
-        error = ErrorCode.DEPENDENCY_INSTALL_FAILED
+        error = JobErrorClass.DEPENDENCY_INSTALL_FAILED
     elif end.pod_lost:
-        error = ErrorCode.POD_LOST
+        error = JobErrorClass.POD_LOST
     elif end.signal is not None:
-        error = ErrorCode.KILLED
+        error = JobErrorClass.KILLED
     elif code is None:
-        error = ErrorCode.LAUNCH_FAILED
+        error = JobErrorClass.LAUNCH_FAILED
     elif code != 0:
-        error = ErrorCode.NON_ZERO_EXIT
+        error = JobErrorClass.NON_ZERO_EXIT
     else:
         return Verdict(JobState.SUCCEEDED, None, 0, end.message)
     state = JobState.QUEUED if retries < max_retries else JobState.FAILED

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from firepool.control.dispatch import AttemptEnd, Verdict, judge
 from firepool.control.elastic import ExitOutcome
-from firepool.model import ErrorCode, JobState
+from firepool.model import JobErrorClass, JobState
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,9 @@ def judge_elastic(
         return ElasticVerdict(judge(end, 0, 0), "completed", failure=False)
     clean = end.exit_code == 0 and end.signal is None and not end.oom
     if stop_requested and clean:
-        requeue = Verdict(JobState.QUEUED, ErrorCode.PREEMPTED, 0, "resized by the round policy")
+        requeue = Verdict(
+            JobState.QUEUED, JobErrorClass.PREEMPTED, 0, "resized by the round policy"
+        )
         return ElasticVerdict(requeue, "checkpointed", failure=False)
     if clean:
         return ElasticVerdict(judge(end, 0, 0), "completed", failure=False)

@@ -54,6 +54,10 @@ from firepool.model.job import (
     attempt_id,
     parse_attempt_id,
 )
+from firepool.model.job_errors import (
+    JobErrorClass,
+    parse_job_error_class,
+)
 from firepool.model.pods import (
     AcquisitionPath,
     AcquisitionReason,
@@ -93,6 +97,7 @@ __all__ = [
     "ForbiddenError",
     "ImageNotAllowedError",
     "InvalidTransitionError",
+    "JobErrorClass",
     "JobKind",
     "JobSpec",
     "JobState",
@@ -124,4 +129,5 @@ __all__ = [
     "image_reference_problem",
     "image_repository",
     "parse_attempt_id",
+    "parse_job_error_class",
 ]

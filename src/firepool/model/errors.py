@@ -1,8 +1,7 @@
 """Request error codes and the typed errors that carry them.
 
-`ErrorCode` stays one enum, with the end classes of terminal jobs beside the codes of refused
-requests, because the API publishes it under that one name (the `error_class` of a job and
-the `error` of a refusal) and the strings are a public contract."""
+A job's end class is `firepool.model.job_errors.JobErrorClass`, not one of these: a refusal
+says what was wrong with a call, an end class what happened to an accepted job."""
 
 from __future__ import annotations
 
@@ -13,8 +12,8 @@ from typing import ClassVar
 class ErrorCode(StrEnum):
     """Stable error classes: every error a caller can see carries one of these.
 
-    The first group describes rejected requests and refused operations; the second group is the
-    `error_class` of a terminal job. The strings are a public contract: never rename one.
+    Each describes a rejected request or a refused operation, on the API or between the broker
+    and an agent or a backend. The strings are a public contract: never rename one.
     """
 
     VALIDATION = "ValidationError"
@@ -34,21 +33,11 @@ class ErrorCode(StrEnum):
     UNAVAILABLE = "Unavailable"
     STORE_UNAVAILABLE = "StoreUnavailable"
     INTERNAL = "InternalError"
-    # terminal job error classes
-    NON_ZERO_EXIT = "NonZeroExit"
-    OOM = "OOM"
-    KILLED = "Killed"
-    TIMEOUT = "Timeout"
-    CANCELLED = "Cancelled"
+    # an agent's refusal of a launch, and a backend's of a pod: the job those refusals end
+    # carries the same string as its `JobErrorClass`
     LAUNCH_FAILED = "LaunchFailed"
     DEPENDENCY_INSTALL_FAILED = "DependencyInstallFailed"
-    POD_LOST = "PodLost"
-    UNSCHEDULABLE = "Unschedulable"  # an elastic job no configuration of which can ever run
-    # the error class of an elastic attempt the round policy ended to resize or preempt it
-    PREEMPTED = "Preempted"
-    # an attempt stopped because the borrowed capacity it ran on went back to its owner:
-    # always retried, never counted against `max_retries`
-    RECLAIMED = "Reclaimed"
+    UNSCHEDULABLE = "Unschedulable"
 
 
 class FirepoolError(Exception):

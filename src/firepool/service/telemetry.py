@@ -22,7 +22,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.registry import Collector
 
 from firepool.control.records import Lease, Pod, RetireReason
-from firepool.model import ErrorCode, JobState, PoolSpec, TimelinePoint
+from firepool.model import ErrorCode, JobErrorClass, JobState, PoolSpec, TimelinePoint
 from firepool.service.attempt import Running
 
 #: Seconds from a job's submission to its first instruction: warm starts take milliseconds,
@@ -159,7 +159,7 @@ class BrokerTelemetry:
             pool, code.value if isinstance(code, ErrorCode) else "Internal", type(error).__name__
         ).inc()
 
-    def job_finished(self, pool: str, state: JobState, error: ErrorCode | None) -> None:
+    def job_finished(self, pool: str, state: JobState, error: JobErrorClass | None) -> None:
         if state.terminal:
             self.finished.labels(pool, state.value, error.value if error else "").inc()
 

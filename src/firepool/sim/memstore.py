@@ -16,8 +16,8 @@ from typing import Any
 
 from firepool.model import (
     ConflictError,
-    ErrorCode,
     InvalidTransitionError,
+    JobErrorClass,
     JobSpec,
     JobState,
     LostRaceError,
@@ -189,7 +189,7 @@ class MemStore:
         state: JobState,
         now: float,
         exit_code: int | None,
-        error: ErrorCode | None,
+        error: JobErrorClass | None,
     ) -> None:
         attempts = self._attempts[job.id]
         if attempts and attempts[-1].finished_at is None:
@@ -206,7 +206,7 @@ class MemStore:
         *,
         now: float,
         exit_code: int | None = None,
-        error_class: ErrorCode | None = None,
+        error_class: JobErrorClass | None = None,
         message: str | None = None,
     ) -> JobRecord:
         if not state.terminal:
@@ -227,7 +227,7 @@ class MemStore:
         return new
 
     def requeue(
-        self, job: JobRecord, *, now: float, error_class: ErrorCode | None = None
+        self, job: JobRecord, *, now: float, error_class: JobErrorClass | None = None
     ) -> JobRecord:
         check_transition(job, JobState.QUEUED)
         row = self._current(job)
@@ -239,7 +239,7 @@ class MemStore:
             retries=row.retries + 1,
             timings=timings(submitted=row.timings.get("submitted")),
             pods=(),
-            reclaims=row.reclaims + (error_class is ErrorCode.RECLAIMED),
+            reclaims=row.reclaims + (error_class is JobErrorClass.RECLAIMED),
         )
         self._jobs[job.id] = new
         return new
@@ -257,7 +257,7 @@ class MemStore:
                 row,
                 state=JobState.CANCELLED,
                 version=row.version + 1,
-                error_class=ErrorCode.CANCELLED,
+                error_class=JobErrorClass.CANCELLED,
                 timings=timings(row.timings, finished=now),
             )
         self._jobs[job_id] = new

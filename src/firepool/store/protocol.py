@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from firepool.model import ErrorCode, JobSpec, JobState, PoolSpec, Principal, TokenRole
+from firepool.model import (
+    JobErrorClass,
+    JobSpec,
+    JobState,
+    PoolSpec,
+    Principal,
+    TokenRole,
+)
 from firepool.store.records import (
     AttemptRecord,
     JobRecord,
@@ -59,14 +66,14 @@ class JobStore(Protocol):
         *,
         now: float,
         exit_code: int | None = None,
-        error_class: ErrorCode | None = None,
+        error_class: JobErrorClass | None = None,
         message: str | None = None,
     ) -> JobRecord:
         """Move the job to a terminal state and close its open attempt."""
         ...
 
     def requeue(
-        self, job: JobRecord, *, now: float, error_class: ErrorCode | None = None
+        self, job: JobRecord, *, now: float, error_class: JobErrorClass | None = None
     ) -> JobRecord:
         """RUNNING -> QUEUED for a retry or crash recovery; the next attempt gets retry + 1.
         An `error_class` of `Reclaimed` also raises the job's `reclaims` (no failure)."""
@@ -150,7 +157,7 @@ class AsyncWrites(Protocol):
         *,
         now: float,
         exit_code: int | None = None,
-        error_class: ErrorCode | None = None,
+        error_class: JobErrorClass | None = None,
         message: str | None = None,
     ) -> JobRecord: ...
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from firepool.model import (
     JOB_TRANSITIONS,
     AcquisitionPath,
-    ErrorCode,
     InvalidTransitionError,
+    JobErrorClass,
     JobSpec,
     JobState,
     PoolSpec,
@@ -55,7 +55,7 @@ class JobRecord:
     version: int
     retries: int = 0
     exit_code: int | None = None
-    error_class: ErrorCode | None = None
+    error_class: JobErrorClass | None = None
     message: str | None = None
     cancel_requested: bool = False
     timings: dict[str, float | None] = field(default_factory=dict)
@@ -79,7 +79,7 @@ class AttemptRecord:
     started_at: float
     finished_at: float | None
     exit_code: int | None
-    error_class: ErrorCode | None
+    error_class: JobErrorClass | None
     pods: tuple[PodBinding, ...]
 
 

@@ -9,17 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from firepool.model import AcquisitionPath, ErrorCode, JobSpec, JobState
+from firepool.model import AcquisitionPath, JobSpec, JobState, parse_job_error_class
 from firepool.store.records import JobRecord, PodBinding
-
-
-def error_code(value: str | None) -> ErrorCode | None:
-    if value is None:
-        return None
-    try:
-        return ErrorCode(value)
-    except ValueError:
-        return ErrorCode.INTERNAL
 
 
 def spec_from_json(text: str) -> JobSpec:
@@ -50,7 +41,7 @@ def job_from_row(row: Any, pods: Iterable[PodBinding]) -> JobRecord:
         version=row.version,
         retries=row.retries,
         exit_code=row.exit_code,
-        error_class=error_code(row.error_class),
+        error_class=parse_job_error_class(row.error_class),
         message=row.message,
         cancel_requested=bool(row.cancel_requested),
         timings={

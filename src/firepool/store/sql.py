@@ -24,15 +24,16 @@ from sqlalchemy.engine import Engine
 from firepool.model import (
     AcquisitionPath,
     ConflictError,
-    ErrorCode,
     FirepoolError,
     InvalidTransitionError,
+    JobErrorClass,
     JobSpec,
     JobState,
     LostRaceError,
     NotFoundError,
     RequestValidationError,
     attempt_id,
+    parse_job_error_class,
 )
 from firepool.store.accounts import AccountsMixin
 from firepool.store.committer import BulkWrite, Committer, Tx
@@ -45,7 +46,7 @@ from firepool.store.records import (
     check_transition,
     timings,
 )
-from firepool.store.rows import binding_from_row, error_code, job_from_row
+from firepool.store.rows import binding_from_row, job_from_row
 from firepool.store.schema import attempts, jobs, pod_bindings
 
 #: Timings a driver may stamp after the durable start (the others are set by transitions).
@@ -445,7 +446,7 @@ class SqlJobStore(AccountsMixin, PoolEditsMixin):
         *,
         now: float,
         exit_code: int | None = None,
-        error_class: ErrorCode | None = None,
+        error_class: JobErrorClass | None = None,
         message: str | None = None,
     ) -> JobRecord:
         write, finished = self._finish_write(job, state, now, exit_code, error_class, message)
@@ -459,7 +460,7 @@ class SqlJobStore(AccountsMixin, PoolEditsMixin):
         *,
         now: float,
         exit_code: int | None = None,
-        error_class: ErrorCode | None = None,
+        error_class: JobErrorClass | None = None,
         message: str | None = None,
     ) -> JobRecord:
         """`finish` for an event loop: awaits the group commit without a worker thread."""
@@ -473,7 +474,7 @@ class SqlJobStore(AccountsMixin, PoolEditsMixin):
         state: JobState,
         now: float,
         exit_code: int | None,
-        error_class: ErrorCode | None,
+        error_class: JobErrorClass | None,
         message: str | None,
     ) -> tuple[Callable[[Tx], None], JobRecord]:
         if not state.terminal:
@@ -517,11 +518,11 @@ class SqlJobStore(AccountsMixin, PoolEditsMixin):
         return write, finished
 
     def requeue(
-        self, job: JobRecord, *, now: float, error_class: ErrorCode | None = None
+        self, job: JobRecord, *, now: float, error_class: JobErrorClass | None = None
     ) -> JobRecord:
         check_transition(job, JobState.QUEUED)
         error = error_class.value if error_class is not None else None
-        reclaims = job.reclaims + (error_class is ErrorCode.RECLAIMED)
+        reclaims = job.reclaims + (error_class is JobErrorClass.RECLAIMED)
 
         def write(tx: Tx) -> None:
             conn = tx.conn
@@ -568,7 +569,7 @@ class SqlJobStore(AccountsMixin, PoolEditsMixin):
                 conn,
                 job,
                 state=JobState.CANCELLED.value,
-                error_class=ErrorCode.CANCELLED.value,
+                error_class=JobErrorClass.CANCELLED.value,
                 message="cancelled before it started",
                 finished_at=now,
             )
@@ -576,7 +577,7 @@ class SqlJobStore(AccountsMixin, PoolEditsMixin):
                 job,
                 state=JobState.CANCELLED,
                 version=job.version + 1,
-                error_class=ErrorCode.CANCELLED,
+                error_class=JobErrorClass.CANCELLED,
                 message="cancelled before it started",
                 timings=timings(job.timings, finished=now),
             )
@@ -641,7 +642,7 @@ class SqlJobStore(AccountsMixin, PoolEditsMixin):
                     started_at=r.started_at,
                     finished_at=r.finished_at,
                     exit_code=r.exit_code,
-                    error_class=error_code(r.error_class),
+                    error_class=parse_job_error_class(r.error_class),
                     pods=tuple(bound.get(r.id, ())),
                 )
                 for r in rows

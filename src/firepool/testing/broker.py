@@ -19,7 +19,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from firepool.api import create_app, issue_token
 from firepool.api.hooks import NoHooks
-from firepool.model import AcquisitionPath, ErrorCode, JobState, NetworkAccess, PoolSpec
+from firepool.model import (
+    AcquisitionPath,
+    JobErrorClass,
+    JobState,
+    NetworkAccess,
+    PoolSpec,
+)
 from firepool.packages import DiskPackageStore
 from firepool.store import JobRecord, PodBinding, SqlJobStore, open_store
 from firepool.store.logs import RankLogStorage
@@ -72,7 +78,9 @@ class LiveBroker:
         self.logs.append(job_id, retry, text.encode())
 
     def retry(self, job_id: str) -> JobRecord:
-        return self.store.requeue(self.job(job_id), now=time.time(), error_class=ErrorCode.POD_LOST)
+        return self.store.requeue(
+            self.job(job_id), now=time.time(), error_class=JobErrorClass.POD_LOST
+        )
 
     def finish(
         self,
@@ -80,7 +88,7 @@ class LiveBroker:
         state: JobState = JobState.SUCCEEDED,
         *,
         exit_code: int | None = 0,
-        error_class: ErrorCode | None = None,
+        error_class: JobErrorClass | None = None,
         message: str | None = None,
     ) -> JobRecord:
         job = self.job(job_id)

@@ -23,7 +23,7 @@ from firepool.control.budgets import BudgetLedger
 from firepool.control.core import BrokerCore, CoreConfig
 from firepool.control.dispatch import AttemptEnd
 from firepool.control.records import Ticket
-from firepool.model import ErrorCode, JobSpec, JobState, PoolSpec
+from firepool.model import JobErrorClass, JobSpec, JobState, PoolSpec
 
 
 @dataclass
@@ -37,7 +37,7 @@ class StepDriver:
     launched: list[str] = field(default_factory=list)
     tickets: dict[str, Ticket] = field(default_factory=dict)
     stopped: dict[str, AttemptEnd] = field(default_factory=dict)
-    verdicts: dict[str, list[ErrorCode | None]] = field(default_factory=dict)
+    verdicts: dict[str, list[JobErrorClass | None]] = field(default_factory=dict)
     finished: dict[str, JobState] = field(default_factory=dict)
     #: (pod's template, its pool's template) for every pod of every claim.
     claimed: list[tuple[int, int]] = field(default_factory=list)
@@ -95,7 +95,7 @@ class StepDriver:
         ticket, verdict = action.ticket, action.verdict
         self.verdicts.setdefault(ticket.job, []).append(verdict.error_class)
         if verdict.retry:
-            reclaimed = verdict.error_class is ErrorCode.RECLAIMED
+            reclaimed = verdict.error_class is JobErrorClass.RECLAIMED
             again = Ticket(
                 ticket.job,
                 ticket.caller,

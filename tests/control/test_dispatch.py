@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from firepool.control.dispatch import AttemptEnd, QueuedJob, dispatch_pass, judge, timed_out
+from firepool.control.dispatch import AttemptEnd, QueuedJob, dispatch_pass, judge
 from firepool.control.tracker import Tracker
 from firepool.model import JobErrorClass, JobState
 from firepool.testing.control import cpu_pool, ready_pods, request
@@ -53,9 +53,3 @@ def test_verdicts(
     verdict = judge(end, retries=0, max_retries=retries)
     assert (verdict.state, verdict.error_class, verdict.exit_code) == (state, error, code)
     assert verdict.retry == (state is JobState.QUEUED)
-
-
-def test_timeouts() -> None:
-    assert not timed_out(10.0, None, 1e9)
-    assert not timed_out(10.0, 5.0, 14.9)
-    assert timed_out(10.0, 5.0, 15.0)

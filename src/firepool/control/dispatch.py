@@ -155,7 +155,3 @@ def judge(end: AttemptEnd, retries: int, max_retries: int) -> Verdict:
         return Verdict(JobState.SUCCEEDED, None, 0, end.message)
     state = JobState.QUEUED if retries < max_retries else JobState.FAILED
     return Verdict(state, error, code, end.message)
-
-
-def timed_out(started_at: float, timeout_s: float | None, now: float) -> bool:
-    return timeout_s is not None and now - started_at >= timeout_s

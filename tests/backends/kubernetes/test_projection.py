@@ -13,7 +13,7 @@ from k8s_podjson import pod, running
 from firepool.backends.kubernetes.codec import AnnotationCodec
 from firepool.backends.kubernetes.projection import project
 from firepool.backends.kubernetes.records import to_record
-from firepool.backends.kubernetes.status import observe
+from firepool.backends.kubernetes.status import Phase, observe
 
 CODEC = AnnotationCodec("firepool.dev")
 words = st.sampled_from(
@@ -82,6 +82,20 @@ def test_the_projection_reads_back_as_the_pod(full: dict[str, Any], deleted: boo
     record = {"secret": "s", "agent_port": 7070, "deleting": deleted}
     assert to_record(kept, CODEC, **record) == to_record(full, CODEC, **record)
     assert kept["metadata"]["resourceVersion"] == full["metadata"]["resourceVersion"]
+
+
+def test_a_state_with_none_of_its_fields_kept_still_says_the_container_ended() -> None:
+    """Found by the property above: a terminated state holding only `startedAt` was dropped
+    from the projection (its kept fields were empty), so the cached pod read as Pending where
+    the pod itself read as failed."""
+    full = pod("cpu-1", phase="Pending", containers=[
+        {"name": "agent", "ready": False,
+         "state": {"terminated": {"startedAt": "2026-12-01T00:00:00Z"}}},
+    ])  # fmt: skip
+    kept = project(full)
+    assert kept["status"]["containerStatuses"][0]["state"] == {"terminated": {}}
+    assert observe(kept) == observe(full)
+    assert observe(full).phase is Phase.FAILED
 
 
 def tracked(value: Any) -> int:

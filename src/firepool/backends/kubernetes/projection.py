@@ -36,7 +36,11 @@ def _pick(source: Any, keys: tuple[str, ...]) -> dict[str, Any]:
 def _container_status(cs: dict[str, Any]) -> dict[str, Any]:
     state = _dict(cs.get("state"))
     kept: dict[str, Any] = {"name": cs.get("name"), "ready": cs.get("ready")}
-    kept["state"] = {kind: _pick(detail, _STATE) for kind, detail in state.items() if detail}
+    # A state is kept whenever it is there, even with none of its fields kept: its presence
+    # alone says what the container is doing (`status.observe` reads it so).
+    kept["state"] = {
+        kind: _pick(detail, _STATE) for kind, detail in state.items() if isinstance(detail, dict)
+    }
     return kept
 
 

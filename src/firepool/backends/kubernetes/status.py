@@ -105,14 +105,16 @@ def observe(pod: dict[str, Any], *, deleted: bool = False) -> Observed:
     if reason in _NODE_LOST_REASONS or reason == "NodeAffinity":
         return seen(Phase.LOST, reason, message)
     for cs in _container_statuses(status):
+        # Present means in that state, whatever the detail holds (a terminated state with no
+        # exit code yet is still a container that ended).
         terminated = (cs.get("state") or {}).get("terminated")
-        if terminated:
+        if isinstance(terminated, dict):
             why = terminated.get("reason") or "Terminated"
             code = terminated.get("exitCode")
             text = terminated.get("message") or f"container exited with {code}"
             return seen(Phase.FAILED, why, text)
         waiting = (cs.get("state") or {}).get("waiting")
-        if waiting:
+        if isinstance(waiting, dict):
             why = waiting.get("reason") or ""
             if why in _IMAGE_REASONS:
                 return seen(Phase.IMAGE_FAILED, why, waiting.get("message") or "")

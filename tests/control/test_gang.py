@@ -124,6 +124,26 @@ def test_a_lost_agent_ends_the_attempt_at_once() -> None:
     assert gang.woke({"p1": OK, "p2": OK}) == [] and gang.lost("p1") == []
 
 
+def test_a_rank_killed_with_its_ending_pod_is_a_lost_pod_not_a_killed_job() -> None:
+    """An agent that ends its pod (deleted, or fenced after its broker's silence) kills the
+    rank with it: a lost pod, retried as one, never the job's own Killed."""
+    gang = GangExit(PODS[:2])
+    actions = gang.woke({"p1": RankExit(None, signal=9, pod_ended=True)})
+    assert actions[0] == StopRanks()
+    end = ended(actions)
+    assert end.pod_lost and end.signal is None and end.message == "pod p1 ended under its rank"
+    verdict = judge(end, 0, 1)
+    assert (verdict.state, verdict.error_class) == (JobState.QUEUED, JobErrorClass.POD_LOST)
+    assert gang.woke({"p0": TERM}) == []
+
+
+def test_a_pod_ending_after_a_cancel_leaves_the_job_cancelled() -> None:
+    gang = GangExit(PODS[:1])
+    assert gang.woke(cancel=True) == [StopRanks()]
+    end = ended(gang.woke({"p0": RankExit(None, signal=9, pod_ended=True)}))
+    assert judge(end, 0, 1).state is JobState.CANCELLED
+
+
 def test_any_ranks_oom_or_timeout_is_the_attempts() -> None:
     gang = GangExit(PODS[:2])
     gang.woke({"p1": RankExit(None, signal=9, oom=True)})

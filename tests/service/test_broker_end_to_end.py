@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from firepool.model import PodState, TokenRole
 from firepool.protocol import ExitEvent
@@ -321,7 +322,11 @@ class LivePods:
         self.alive.discard(name)
 
 
-def test_a_pod_whose_agent_dies_is_lost_and_replaced(broker: BrokerThread) -> None:
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_a_pod_whose_agent_dies_is_lost_and_replaced(broker: BrokerThread, how: str) -> None:
+    """SIGKILL: the agent vanishes and its exit is never reported. SIGTERM (a delete from
+    outside, a drained node): the agent ends its pod, killing the job, and reports that exit
+    with the shutdown reason; either way the job's verdict is the pod's loss, not Killed."""
     import os
     import signal
 
@@ -334,7 +339,7 @@ def test_a_pod_whose_agent_dies_is_lost_and_replaced(broker: BrokerThread) -> No
             time.sleep(0.05)
         pod = c.get(f"/v1/jobs/{job_id}").json()["pods"][0]["name"]
         pid = broker.call(lambda: broker.embedded.broker.pods.records[pod].pid)
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, getattr(signal, how))
         job = wait_job(c, job_id, timeout=30)
         assert (job["state"], job["error_class"], job["exit_code"]) == ("FAILED", "PodLost", None)
         assert gone(broker, pod)  # never reused: deleted with whatever it left behind

@@ -101,7 +101,8 @@ class EventPusher:
                 time.sleep(pause)
                 pause = min(pause * 2, 5.0)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 1.0) -> None:
+        """Stop after the events already pushed, waiting at most `timeout` for them."""
         if self._thread is not None:
             self._queue.put(None)
-            self._thread.join(timeout=1.0)
+            self._thread.join(timeout=timeout)

@@ -65,6 +65,10 @@ from firepool.protocol import (
 
 log = logging.getLogger("firepool.agent")
 
+#: How long an ending pod waits for the exit of the attempt it killed (then for its push):
+#: both within the local backend's 5 s shutdown grace.
+_SHUTDOWN_EXIT_S = 2.0
+
 #: How long an exit waits for the attempt's output copiers to reach the end of its streams.
 _OUTPUT_DRAIN_S = 2.0
 #: Attempts whose exits an agent still answers for after their reset.
@@ -460,6 +464,9 @@ class Agent:
             code = sig = None
             if os.WIFSIGNALED(ev.status):
                 sig = os.WTERMSIG(ev.status)
+                # Who sent it, as far as the agent knows: a signal with no stop reason came
+                # from outside firepool (or from the job itself) and is judged Killed.
+                log.info("%s ended by signal %d (stop: %s)", ev.attempt, sig, attempt.stop_reason)
             else:
                 code = os.waitstatus_to_exitcode(ev.status)
             oom, source = self._oom_verdict(attempt, sig, code, ev.maxrss_kib)
@@ -566,6 +573,7 @@ class Agent:
         with self._lock:
             if cur.exit is None and cur.stop_reason is None:
                 cur.stop_reason = reason
+        log.info("stop of %s asked (%s); it stands as %s", attempt_id, reason, cur.stop_reason)
         if cur.exit is None and cur.pid and reason is StopReason.FAULT:
             self._kill_tree()
             cur.exited.wait(5.0)
@@ -769,7 +777,15 @@ class Agent:
     # ------------------------------------------------------------------ shutdown
 
     def shutdown(self) -> None:
-        """Kill every process of the pod, then the zygote; remove our cgroups."""
+        """Kill every process of the pod, then the zygote; remove our cgroups. An attempt
+        still running is killed with `StopReason.SHUTDOWN`: its exit says the pod ended under
+        it (the broker judges a lost pod), not that the job was killed."""
+        with self._lock:
+            cur = self.current
+            if cur is not None and cur.exit is None and cur.stop_reason is None:
+                cur.stop_reason = StopReason.SHUTDOWN
+        if cur is not None and cur.exit is None:
+            log.warning("pod ending: attempt %s is killed", cur.request.attempt)
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
             self._kill_tree()
@@ -778,12 +794,17 @@ class Agent:
             if not any(p in procs and not procs[p].dead for p in rest):
                 break
             time.sleep(0.01)
+        if cur is not None and cur.pid:
+            # Its exit comes from the warm interpreter's reader, and is pushed to the broker
+            # before the pusher closes: a delete does not leave the broker polling a pod that
+            # is gone to learn what became of its attempt.
+            cur.exited.wait(_SHUTDOWN_EXIT_S)
         self.zygote.close()
         if self.egress is not None:
             self.egress.close()
         if self.relay is not None:
             self.relay.close()
-        self.events.close()
+        self.events.close(timeout=_SHUTDOWN_EXIT_S)
         self.cgroups.remove()
 
 

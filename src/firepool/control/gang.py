@@ -35,11 +35,14 @@ class RankExit(NamedTuple):
     signal: int | None = None
     oom: bool = False
     timed_out: bool = False
+    #: Its agent ended the pod under it (deleted, or fenced after its broker's silence): the
+    #: process was killed with its pod, which says nothing of the job.
+    pod_ended: bool = False
 
     @property
     def failed(self) -> bool:
         """A rank that failed on its own: it takes the gang down with it."""
-        return self.exit_code != 0 or self.signal is not None or self.oom
+        return not self.pod_ended and (self.exit_code != 0 or self.signal is not None or self.oom)
 
 
 class StopRanks(NamedTuple):
@@ -106,6 +109,9 @@ class GangExit:
             assert exits is not None
             self.exits[pod] = exits[pod]
         self.cancelled |= cancel
+        ended = next((p for p in arrived if self.exits[p].pod_ended), None)
+        if ended is not None:
+            return self._pod_gone(f"pod {ended} ended under its rank")
         pending = bool(self.pending)
         if self.cancelled and pending:
             return [StopRanks()]
@@ -128,8 +134,11 @@ class GangExit:
         with a lost pod (its pod is deleted, never reset)."""
         if self.over:
             return []
+        return self._pod_gone(f"pod {pod} stopped answering")
+
+    def _pod_gone(self, message: str) -> list[GangAction]:
         self.over = True
-        end = AttemptEnd(pod_lost=True, message=f"pod {pod} stopped answering")
+        end = AttemptEnd(pod_lost=True, cancelled=self.cancelled, message=message)
         return [StopRanks(), GangOver(end)]
 
     def end(self) -> AttemptEnd:

@@ -327,6 +327,8 @@ class AttemptRunner:
                     if fut.done():
                         exits[pod] = _rank_exit(fut.result())
                         del pending[pod]
+                        if exits[pod].pod_ended:
+                            running.lost.add(pod)  # deleted, never reset
                 actions: list[GangAction] = []
                 if not done:
                     lost = await self._poll_exits(job, pending, silent)
@@ -638,6 +640,7 @@ def _rank_exit(event: ExitEvent) -> RankExit:
         event.signal,
         event.oom,
         timed_out=event.stop_reason is StopReason.TIMEOUT,
+        pod_ended=event.stop_reason is StopReason.SHUTDOWN,
     )
 
 

@@ -187,6 +187,9 @@ class ElasticLifecycle:
         self._next_round = start + round_s
         self._pending: list[Trigger] = []
         self._jobs: dict[str, _Job] = {}
+        #: The jobs not DONE, in submission order: every walk below is over these (a long
+        #: run's finished jobs outnumber its live ones, and a DONE job's counters are final).
+        self._live: dict[str, _Job] = {}
         self._now = start
 
     # ------------------------------------------------------------------ clock and views
@@ -200,7 +203,7 @@ class ElasticLifecycle:
             raise RequestValidationError(f"time went backwards: {now} < {self._now}",
                                          field="now")
         self._now = now
-        for job in self._jobs.values():
+        for job in self._live.values():
             self._advance(job, now)
 
     @staticmethod
@@ -226,6 +229,11 @@ class ElasticLifecycle:
         except KeyError:
             raise NotFoundError(f"unknown elastic job {job_id}", field="job_id") from None
 
+    def _done(self, job: _Job) -> None:
+        job.phase = Phase.DONE
+        del self._live[job.spec.job_id]
+        self._pending.append("completion")
+
     def times(self, job_id: str, now: float | None = None) -> JobTimes:
         """The job's counters, brought up to `now` (if given and not in the past)."""
         if now is not None and now >= self._now:
@@ -237,14 +245,14 @@ class ElasticLifecycle:
     def held(self) -> dict[str, int]:
         """GPUs per type held by live attempts (restoring, running or checkpointing)."""
         out: dict[str, int] = {}
-        for j in self._jobs.values():
+        for j in self._live.values():
             if j.config is not None:
                 out[j.config.gpu_type] = out.get(j.config.gpu_type, 0) + j.config.replicas
         return out
 
     def running(self) -> list[tuple[str, int]]:
         """(job, attempt) of every attempt that can fail (restoring or running)."""
-        return sorted((j.spec.job_id, j.attempt) for j in self._jobs.values()
+        return sorted((j.spec.job_id, j.attempt) for j in self._live.values()
                       if j.phase in (Phase.RESTORING, Phase.RUNNING))
 
     # ------------------------------------------------------------------ events
@@ -253,7 +261,8 @@ class ElasticLifecycle:
         if spec.job_id in self._jobs:
             raise RequestValidationError(f"elastic job {spec.job_id} exists", field="job_id")
         self._tick(now)
-        self._jobs[spec.job_id] = _Job(spec=spec, last=now, fraction=spec.progress_fraction)
+        job = _Job(spec=spec, last=now, fraction=spec.progress_fraction)
+        self._jobs[spec.job_id] = self._live[spec.job_id] = job
         self._pending.append("arrival")
 
     def progress(self, job_id: str, attempt: int, now: float,
@@ -293,8 +302,7 @@ class ElasticLifecycle:
         job.withdrawn = True
         job.target = None
         if job.config is None and job.phase is not Phase.DONE:
-            job.phase = Phase.DONE
-            self._pending.append("completion")
+            self._done(job)
         return self._launch_ready()
 
     def attempt_exited(self, job_id: str, attempt: int, now: float,
@@ -312,9 +320,8 @@ class ElasticLifecycle:
             job.failures += 1
         job.after_failure = outcome == "failed"
         if outcome == "completed" or job.withdrawn:
-            job.phase = Phase.DONE
             job.target = None
-            self._pending.append("completion")
+            self._done(job)
         elif outcome == "failed":
             job.phase = Phase.WAITING
             job.restarts += 1
@@ -338,9 +345,7 @@ class ElasticLifecycle:
     def round_input(self, now: float) -> RoundInput:
         self._tick(now)
         jobs = []
-        for j in self._jobs.values():
-            if j.phase is Phase.DONE:
-                continue
+        for j in self._live.values():
             current = j.config if j.phase in (Phase.RESTORING, Phase.RUNNING) else None
             jobs.append(JobRoundState(
                 job_id=j.spec.job_id,
@@ -395,7 +400,7 @@ class ElasticLifecycle:
     def _launch_ready(self) -> list[Decision]:
         held = self.held()
         out: list[Decision] = []
-        for job in self._jobs.values():
+        for job in self._live.values():
             cfg = job.target
             if job.phase is not Phase.WAITING or cfg is None:
                 continue

@@ -99,16 +99,17 @@ def solve_assignment(
     candidates = utility > mu_na
     capacity = prep.capacity
     choice = np.full(prep.n_jobs, -1, dtype=np.int64)
-    if forced is not None and np.any(forced >= 0):
-        pinned_opts = forced[forced >= 0]
-        pinned_jobs = np.flatnonzero(forced >= 0)
+    pinned = forced >= 0 if forced is not None else None
+    if forced is not None and pinned is not None and pinned.any():
+        pinned_opts = forced[pinned]
+        pinned_jobs = np.flatnonzero(pinned)
         capacity = capacity - usage(prep, forced)
         if np.any(capacity < -1e-9):
             raise InvalidRoundInputError(
                 "pinned (restoring) jobs hold more GPUs than the cluster has",
                 field="jobs.restoring",
             )
-        candidates = candidates & ~np.isin(prep.opt_job, pinned_jobs)
+        candidates = candidates & ~pinned[prep.opt_job]
         # When no free option fits what the pins leave, there is nothing to solve: GLPK's
         # presolver would remove every column and abort the process ("glp_add_cols: ncs =
         # 0"). Otherwise the model goes to the solver unchanged (options too big for the

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from firepool.scheduling.errors import InvalidGoodputError, InvalidRoundInputError
+from firepool.scheduling.memo import ConfigurationsMemo
 from firepool.scheduling.rounds import Configuration, JobRoundState, RoundInput, RoundResult
 
 IntArray = npt.NDArray[np.int64]
@@ -126,6 +128,46 @@ def _validate_jobs(jobs: tuple[JobRoundState, ...]) -> None:
                 raise err
 
 
+class _KeptOptions(NamedTuple):
+    """The configurations of one job that fit the cluster, as option columns."""
+
+    positions: tuple[int, ...]  # into the job's configurations (and goodputs)
+    types: tuple[int, ...]
+    replicas: tuple[int, ...]
+    configs: tuple[Configuration, ...]
+    where: dict[Configuration, list[int]]  # a configuration -> its kept positions
+    all_kept: bool
+
+
+_Cluster = tuple[tuple[str, ...], tuple[int, ...]]  # GPU types (sorted), their capacities
+
+
+def _kept_options(configurations: tuple[Configuration, ...], cluster: _Cluster) -> _KeptOptions:
+    """The job's options on this cluster."""
+    types, caps = cluster
+    type_index = {t: k for k, t in enumerate(types)}
+    positions: list[int] = []
+    where: dict[Configuration, list[int]] = {}
+    for k, cfg in enumerate(configurations):
+        ti = type_index.get(cfg.gpu_type)
+        if ti is None or cfg.replicas > caps[ti]:
+            continue
+        where.setdefault(cfg, []).append(len(positions))
+        positions.append(k)
+    configs = tuple(configurations[k] for k in positions)
+    return _KeptOptions(
+        positions=tuple(positions),
+        types=tuple(type_index[c.gpu_type] for c in configs),
+        replicas=tuple(c.replicas for c in configs),
+        configs=configs,
+        where=where,
+        all_kept=len(positions) == len(configurations),
+    )
+
+
+_KEPT = ConfigurationsMemo(_kept_options)
+
+
 def prepare(round_input: RoundInput) -> PreparedRound:
     """Validate `round_input` and build the option arrays (raises `InvalidRoundInputError`)."""
     _check_time(round_input.round_s, "round_s")
@@ -136,12 +178,12 @@ def prepare(round_input: RoundInput) -> PreparedRound:
             raise InvalidRoundInputError(
                 f"capacity of {t} must be an integer >= 0, got {cap!r}", field=f"capacity.{t}"
             )
-    type_index = {t: k for k, t in enumerate(types)}
     capacity = np.array([round_input.capacity[t] for t in types], dtype=np.float64)
     cap_list = [round_input.capacity[t] for t in types]
 
     jobs = tuple(round_input.jobs)
     _validate_jobs(jobs)
+    cluster = (types, tuple(cap_list))
     seen: set[str] = set()
     opt_job: list[int] = []
     opt_type: list[int] = []
@@ -154,25 +196,28 @@ def prepare(round_input: RoundInput) -> PreparedRound:
         if job.job_id in seen:
             raise InvalidRoundInputError(f"duplicate job {job.job_id}", field=f"jobs[{i}].job_id")
         seen.add(job.job_id)
-        kept = 0
-        current = job.current
-        for cfg, g in zip(job.configurations, job.goodputs, strict=True):
-            ti = type_index.get(cfg.gpu_type)
-            if ti is None or cfg.replicas > cap_list[ti]:
-                continue
-            opt_job.append(i)
-            opt_type.append(ti)
-            opt_replicas.append(cfg.replicas)
-            opt_goodput.append(g)
-            opt_current.append(current is not None and cfg == current)
-            opt_config.append(cfg)
-            kept += 1
-        if kept == 0:
-            if not job.configurations:
-                infeasible[job.job_id] = "no candidate configurations (all filtered out)"
+        kept = _KEPT.of(job.configurations, cluster)
+        n = len(kept.configs)
+        if n:
+            opt_job.extend([i] * n)
+            opt_type.extend(kept.types)
+            opt_replicas.extend(kept.replicas)
+            opt_config.extend(kept.configs)
+            goodputs = job.goodputs
+            if kept.all_kept:
+                opt_goodput.extend(goodputs)
             else:
-                names = ", ".join(str(c) for c in job.configurations)
-                infeasible[job.job_id] = f"every configuration exceeds the cluster: {names}"
+                opt_goodput.extend([goodputs[k] for k in kept.positions])
+            flags = [False] * n
+            if job.current is not None:
+                for k in kept.where.get(job.current, ()):
+                    flags[k] = True
+            opt_current.extend(flags)
+        elif not job.configurations:
+            infeasible[job.job_id] = "no candidate configurations (all filtered out)"
+        else:
+            names = ", ".join(str(c) for c in job.configurations)
+            infeasible[job.job_id] = f"every configuration exceeds the cluster: {names}"
     return PreparedRound(
         jobs=jobs,
         types=types,

@@ -39,9 +39,10 @@ import numpy.typing as npt
 
 from firepool.scheduling.assignment import solve_assignment
 from firepool.scheduling.errors import InvalidRoundInputError
+from firepool.scheduling.memo import ConfigurationsMemo
 from firepool.scheduling.policies.oak import pinned_options
 from firepool.scheduling.prepare import PreparedRound, prepare
-from firepool.scheduling.rounds import RoundInput, RoundResult
+from firepool.scheduling.rounds import Configuration, RoundInput, RoundResult
 from firepool.scheduling.utility import aggregate_restart_factor, p_restart_for
 
 FloatArray = npt.NDArray[np.float64]
@@ -107,7 +108,9 @@ def sia_allowed(prep: PreparedRound, params: SiaParams,
     if params.gpus_per_node is None:
         return np.ones(prep.n_options, dtype=np.bool_)
     g = params.gpus_per_node
-    out = np.array([sia_sizes_allowed(int(r), g) for r in prep.opt_replicas], dtype=np.bool_)
+    r = prep.opt_replicas
+    # `sia_sizes_allowed`, vectorised: a power of two up to a node, whole nodes above it.
+    out: BoolArray = np.where(r <= g, (r & (r - 1)) == 0, r % g == 0)
     if forced is not None:
         out[forced[forced >= 0]] = True
     return out
@@ -115,20 +118,31 @@ def sia_allowed(prep: PreparedRound, params: SiaParams,
 
 def normalised_goodput(prep: PreparedRound, params: SiaParams) -> FloatArray:
     """Goodput per option over the job's smallest non-zero goodput in Sia's set, floored."""
-    goodput = prep.opt_goodput.copy()
+    goodput = prep.opt_goodput
     if params.normalise:
+        g = params.gpus_per_node
+        # Per job, the smallest goodput over all its configurations in Sia's set (those the
+        # cluster cannot run included); 1.0 where there is none, which divides by nothing.
+        smallest = np.ones(prep.n_jobs, dtype=np.float64)
         for i, job in enumerate(prep.jobs):
-            values = [
-                g
-                for c, g in zip(job.configurations, job.goodputs, strict=True)
-                if g > ZERO_GAIN
-                and (params.gpus_per_node is None
-                     or sia_sizes_allowed(c.replicas, params.gpus_per_node))
-            ]
+            in_set = _SIA_SET.of(job.configurations, g)
+            values = [v for v, ok in zip(job.goodputs, in_set, strict=True) if ok and v > ZERO_GAIN]
             if values:
-                mask = prep.opt_job == i
-                goodput[mask] = goodput[mask] / min(values)
+                smallest[i] = min(values)
+        goodput = goodput / smallest[prep.opt_job]
     return np.maximum(goodput, ZERO_GAIN)
+
+
+def _in_sia_set(
+    configurations: tuple[Configuration, ...], gpus_per_node: int | None
+) -> tuple[bool, ...]:
+    return tuple(
+        gpus_per_node is None or sia_sizes_allowed(c.replicas, gpus_per_node)
+        for c in configurations
+    )
+
+
+_SIA_SET = ConfigurationsMemo(_in_sia_set)
 
 
 def sia_scores(prep: PreparedRound, params: SiaParams) -> FloatArray:

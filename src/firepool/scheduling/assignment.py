@@ -99,8 +99,7 @@ def solve_assignment(
     candidates = utility > mu_na
     capacity = prep.capacity
     choice = np.full(prep.n_jobs, -1, dtype=np.int64)
-    pinned = forced >= 0 if forced is not None else None
-    if forced is not None and pinned is not None and pinned.any():
+    if forced is not None and (pinned := forced >= 0).any():
         pinned_opts = forced[pinned]
         pinned_jobs = np.flatnonzero(pinned)
         capacity = capacity - usage(prep, forced)

@@ -109,8 +109,9 @@ def sia_allowed(prep: PreparedRound, params: SiaParams,
         return np.ones(prep.n_options, dtype=np.bool_)
     g = params.gpus_per_node
     r = prep.opt_replicas
-    # `sia_sizes_allowed`, vectorised: a power of two up to a node, whole nodes above it.
-    out: BoolArray = np.where(r <= g, (r & (r - 1)) == 0, r % g == 0)
+    # The rule once per size up to the largest, looked up per option (not once per option).
+    sizes = np.array([sia_sizes_allowed(n, g) for n in range(int(r.max(initial=0)) + 1)])
+    out: BoolArray = sizes[r]
     if forced is not None:
         out[forced[forced >= 0]] = True
     return out

@@ -25,6 +25,7 @@ from test_recovery_crash import _CLEANUP, client, start_server, wait_state
 from test_recovery_output_across_crash import Home, read_all
 
 from firepool.backends.local import LocalBackend
+from firepool.experiment.fault_targets import lost_in_restart
 from firepool.protocol import AttemptStatus
 from firepool.testing.service import TERMINAL
 
@@ -141,5 +142,8 @@ def test_an_attempt_a_rank_no_longer_knows_is_lost_and_retried_not_reattached(
                 assert time.monotonic() < deadline  # the old pods are retired, then deleted
                 time.sleep(0.05)
             assert read_all(c, job["id"], 1) == "r1 finished\n"
+        # The restarted broker names the lost attempt's caller and pods in its log.
+        lost = lost_in_restart(data / "serve.log")
+        assert set(lost) == old and len(set(lost.values())) == 1, lost
     finally:
         finish(server, data, home)

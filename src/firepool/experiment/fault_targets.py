@@ -21,6 +21,7 @@ from firepool.store.engine import DB_FILE
 from firepool.testing.private_db import PrivateServer, free_port
 
 _DISPATCHING = re.compile(r"dispatching ([0-9.]+) ms after start")
+_LOST_IN_RESTART = re.compile(r"of caller (\S+): attempt \S+ lost in the restart; pods (\S+)")
 
 
 class ServeProcess:
@@ -102,6 +103,23 @@ class ServeProcess:
                 return float(found.group(1))
             time.sleep(0.05)
         return None
+
+
+    def lost_in_restart(self, since: int) -> dict[str, str]:
+        return lost_in_restart(self.log, since)
+
+
+def lost_in_restart(log: Path, since: int = 0) -> dict[str, str]:
+    """Pod -> caller, for each attempt a broker logged lost in its recovery after byte
+    `since` of its log (`service.recovery`): those pods were busy with their caller's job."""
+    with open(log, "rb") as fh:
+        fh.seek(since)
+        text = fh.read().decode(errors="replace")
+    return {
+        pod: found.group(1)
+        for found in _LOST_IN_RESTART.finditer(text)
+        for pod in found.group(2).split(",")
+    }
 
 
 def agent_pid(data: Path, pod: str) -> int | None:

@@ -28,7 +28,9 @@ Counted per kind, from the jobs submitted during its phase (`--json`: the totals
 - run twice: from the jobs' own calls only: more than one completed attempt, or one attempt
   id launched more than once;
 - holds kept: owner holds seen just before a kill (expiring later than the restart can take)
-  found after the restart with the same expiry, or already claimed by their owner;
+  found after the restart with the same expiry, or claimed by their owner since (a job of
+  theirs was assigned the pod after it was seen held, even if the pod has since retired by
+  the session rule);
 - restart to dispatch: the broker's own log line, process start of the broker (recovery
   included) to its first dispatch pass; also kill to the API answering again;
 - longest delay: the worst job's time from submission to end beyond its own work.
@@ -258,8 +260,38 @@ class Campaign:
                         out[pod["name"]] = (caller, float(pod["hold_until"]))
         return out
 
-    async def kept(self, before: dict[str, tuple[str, float]], result: KindResult) -> int:
-        """Holds of `before` present with the same expiry, or claimed by their owner."""
+    async def claimed_since(self, owner: str, pods: set[str], since: float) -> set[str]:
+        """Those of `pods` that a job of `owner` was assigned to at or after `since`: the
+        owner's next step claimed the hold, and its pod may since have ended by the session
+        rule (a stream job of a new reuse tag runs once on it, then the pod retires)."""
+        claimed: set[str] = set()
+        after: str | None = None
+        async with self.client(owner, timeout=10) as http:
+            while True:
+                params: dict[str, Any] = {"pool": POOL, "limit": 1000}
+                if after is not None:
+                    params["after"] = after
+                page = (await http.get("/v1/jobs", params=params)).json()
+                for job in page["jobs"]:
+                    assigned = job["timings"].get("assigned")
+                    if assigned is not None and assigned >= since:
+                        claimed |= {p["name"] for p in job["pods"]} & pods
+                after = page.get("next")
+                if after is None:
+                    return claimed
+
+    async def kept(
+        self,
+        before: dict[str, tuple[str, float]],
+        listed_at: float,
+        lost_busy: dict[str, str],
+        result: KindResult,
+    ) -> int:
+        """Holds of `before` present with the same expiry, or claimed by their owner since
+        they were listed (`listed_at`, just before the kill). `lost_busy` (pod -> caller) names
+        the pods the restarted broker found busy with an attempt it could not confirm: a hold
+        its owner's job claimed between the listing and the kill, whose attempt was lost in
+        the kill (retried elsewhere) and whose pod is deleted, was used by its owner."""
         kept = 0
         by_owner: dict[str, dict[str, Any]] = {}
         for caller in {owner for owner, _ in before.values()}:
@@ -268,8 +300,26 @@ class Campaign:
             by_owner[caller] = {p["name"]: p for p in pods}
         checked = time.time()
         retiring: list[str] = []
+        moved_on: dict[str, set[str]] = {}  # owner -> held pods no longer held nor busy
+        for name, (owner, _) in before.items():
+            pod = by_owner[owner].get(name)
+            if pod is None or pod["state"] not in ("assigned", "running", "held"):
+                moved_on.setdefault(owner, set()).add(name)
+        claimed = {
+            name for owner, names in moved_on.items()
+            for name in await self.claimed_since(owner, names, listed_at)
+        }  # fmt: skip
+        claimed |= {
+            name for owner, names in moved_on.items() for name in names
+            if lost_busy.get(name) == owner
+        }  # fmt: skip
+        if claimed:
+            self.say(f"  {len(claimed)} of {len(before)} holds claimed by their owners since")
         for name, (owner, until) in before.items():
             pod = by_owner[owner].get(name)
+            if name in claimed:
+                kept += 1
+                continue
             if until <= checked:  # it expired on its own while the broker restarted
                 result.holds_before -= 1
                 continue
@@ -307,6 +357,7 @@ class Campaign:
 
     async def broker_kill(self, result: KindResult) -> None:
         margin = 15.0  # holds expiring sooner might expire during the restart itself
+        listed_at = time.time()
         try:
             before = {
                 n: h for n, h in (await self.holds()).items() if h[1] > time.time() + margin
@@ -324,7 +375,8 @@ class Campaign:
         else:
             result.notes.append("a restart logged no first dispatch")
         result.holds_before += len(before)
-        result.holds_kept += await self.kept(before, result)
+        lost_busy = await asyncio.to_thread(self.server.lost_in_restart, offset)
+        result.holds_kept += await self.kept(before, listed_at, lost_busy, result)
 
     async def store_outage(self, result: KindResult) -> None:
         await asyncio.to_thread(self.outage, self.exp.outage_s)

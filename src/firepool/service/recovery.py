@@ -139,8 +139,7 @@ class Recovery:
         for job, statuses in zip(plan.probe, answers, strict=True):
             record = by_id[job.ticket.job]
             if statuses is None:
-                count("attempt_lost").inc()
-                self.act(self.core.recovery_lost(job.ticket, self.clock()))
+                self._lose(job)
                 continue
             lease = job.lease()
             self.core.adopt(job.ticket, lease)
@@ -155,10 +154,21 @@ class Recovery:
             self.attempts.adopt(running)
             count("attempt_reattached").inc()
         for job in plan.lost:
-            count("attempt_lost").inc()
-            self.act(self.core.recovery_lost(job.ticket, self.clock()))
+            self._lose(job)
         if plan.restore or stored:
             log.info("recovered %d pods and %d running jobs", len(plan.restore), len(stored))
+
+    def _lose(self, job: RunningJob) -> None:
+        """A RUNNING job whose attempt cannot be confirmed: judged lost (retried within
+        `max_retries`). The log names its caller and pods: a pod it had claimed from its
+        caller's hold is then deleted, and an operator (or the fault campaign) can tell that
+        hold was used by its owner, not lost."""
+        ticket = job.ticket
+        pods = ",".join(b.pod for b in job.bindings) or "-"
+        log.warning("job %s of caller %s: attempt %s lost in the restart; pods %s released "
+                    "unclean", ticket.job, ticket.caller, ticket.attempt, pods)  # fmt: skip
+        self.telemetry.recovery.labels("attempt_lost").inc()
+        self.act(self.core.recovery_lost(ticket, self.clock()))
 
     async def _ended_jobs(self, ids: set[str]) -> dict[str, tuple[JobRecord, EndedJob]]:
         """The jobs busy-marked pods name that the store holds as ended (terminal)."""

@@ -138,6 +138,10 @@ class LaunchRequest(StrictModel):
     timeout_s: Annotated[float, Field(gt=0)] | None = None
     #: Start Python entry points by forking the warm interpreter when the pod has one.
     warm: bool = True
+    #: The broker asks for the exit (`GET /v1/attempts/{id}?wait_s=`) instead of having it
+    #: pushed: the agent then sends no exit event, and keeps the exit until the pod's reset
+    #: as it always does, so the broker's asking again (or its recovery's probe) finds it.
+    awaits_exit: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> LaunchRequest:

@@ -199,7 +199,12 @@ def test_bad_log_queries_and_unknown_attempts_name_the_field(pod: Pod) -> None:
     ):
         status, answer = pod.raw("GET", f"{base}?{query}", auth="secret")
         assert (status, answer["error"], answer["field"]) == (422, "ValidationError", field)
+    for wait in ("-1", "nan", "21", "soon"):  # a status's wait: seconds from 0 to 20
+        status, answer = pod.raw("GET", f"/v1/attempts/logs-1:0?wait_s={wait}")
+        assert (status, answer["error"], answer["field"]) == (422, "ValidationError", "wait_s")
     status, answer = pod.raw("GET", "/v1/attempts/other-1:0")
+    assert (status, answer["error"], answer["field"]) == (404, "NotFound", "attempt")
+    status, answer = pod.raw("GET", "/v1/attempts/other-1:0?wait_s=5")
     assert (status, answer["error"], answer["field"]) == (404, "NotFound", "attempt")
     status, answer = pod.raw("POST", "/v1/attempts/logs-1:0/stop", b'{"grace_s": -1}')
     assert (status, answer["error"], answer["field"]) == (422, "ValidationError", "grace_s")

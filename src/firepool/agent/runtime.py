@@ -493,6 +493,8 @@ class Agent:
             if self.fenced:
                 log.warning("exit of fenced attempt %s not reported", ev.attempt)
                 return
+            if attempt.request.awaits_exit:
+                return  # the broker asks for it (`wait_status`)
         self.events.push(event)
 
     def _inline_output(self, attempt: Attempt) -> InlineOutput | None:
@@ -547,6 +549,15 @@ class Agent:
         follower wake at the exit instead of on its next poll (the broker's log drain, and
         with it the pod's release, waited up to one poll interval per job)."""
         return self._attempt(attempt_id).exited.wait(timeout)
+
+    def wait_status(self, attempt_id: str, wait_s: float) -> AttemptStatus:
+        """The attempt's status once it exited, or after `wait_s` s if it still runs: the
+        broker's one request for an exit, in place of an event the agent would push."""
+        with self._lock:
+            remembered = self.reset_attempts.get(attempt_id)
+        if remembered is None:
+            self._attempt(attempt_id).exited.wait(wait_s)
+        return self.status(attempt_id)
 
     def status(self, attempt_id: str) -> AttemptStatus:
         with self._lock:

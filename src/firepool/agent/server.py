@@ -55,6 +55,9 @@ _STATUS: dict[ErrorCode, int] = {
 _MAX_BODY = 8 * 1024 * 1024
 _BODY_TIMEOUT_S = 30.0
 _ATTEMPT = r"/v1/attempts/(?P<attempt>[^/]+)"
+#: The longest a status request waits for an exit: below any agent's silence bound (30 s at
+#: the least), so a broker that keeps asking is never taken for a silent one.
+MAX_WAIT_S = 20.0
 
 
 class AgentHTTPServer(ThreadingHTTPServer):
@@ -217,7 +220,11 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, self.server.agent.launch(req))
 
     def _status(self, query: dict[str, list[str]], attempt: str) -> None:
-        self._json(200, self.server.agent.status(attempt))
+        """With `wait_s` (0 to `MAX_WAIT_S`), answered once the attempt exited or the time
+        is up: the broker's long poll for an exit it asked not to have pushed."""
+        wait_s = _seconds(query, "wait_s", MAX_WAIT_S)
+        agent = self.server.agent
+        self._json(200, agent.wait_status(attempt, wait_s) if wait_s else agent.status(attempt))
 
     def _stop(self, query: dict[str, list[str]], attempt: str) -> None:
         req = StopRequest.model_validate(self._body())
@@ -279,6 +286,19 @@ class Handler(BaseHTTPRequestHandler):
             if fh is not None:
                 fh.close()
         self.wfile.write(b"0\r\n\r\n")
+
+
+def _seconds(query: dict[str, list[str]], name: str, most: float) -> float:
+    """A query parameter of seconds, 0 when absent; refused unless within [0, most]."""
+    raw = query.get(name, ["0"])[0]
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= most:  # also refuses nan
+        raise RequestValidationError(f"{name} is seconds from 0 to {most:g}, not {raw[:40]!r}",
+                                     field=name)  # fmt: skip
+    return value
 
 
 def _open_log(path: Path, offset: int) -> BinaryIO | None:

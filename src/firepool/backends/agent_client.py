@@ -108,6 +108,14 @@ class AgentClient:
     async def status(self, attempt: str) -> AttemptStatus:
         return await self._call("GET", f"/v1/attempts/{attempt}", AttemptStatus)
 
+    async def wait_status(self, attempt: str, wait_s: float) -> AttemptStatus:
+        """The status once the attempt exited, or after `wait_s` s (at most the agent's
+        `MAX_WAIT_S`) if it still runs: one exchange for an exit, on a kept connection."""
+        return await self._call(
+            "GET", f"/v1/attempts/{attempt}?wait_s={wait_s:g}", AttemptStatus,
+            timeout=wait_s + self._timeout,
+        )  # fmt: skip
+
     async def stop(self, attempt: str, grace_s: float = 10.0, *, kill: bool = False
                    ) -> AttemptStatus:
         """SIGTERM, wait `grace_s`, SIGKILL; returns after the attempt's leader exited.

@@ -118,6 +118,7 @@ class AttemptRunner:
         clock: Callable[[], float],
         package_url: Callable[[str], str],
         exit_poll_s: float = 2.0,
+        exit_wait_s: float = 15.0,
         stop_grace_s: float = 10.0,
         log_drain_s: float = 5.0,
         lost_after_polls: int = 3,
@@ -131,6 +132,7 @@ class AttemptRunner:
         self.clock = clock
         self.package_url = package_url
         self.exit_poll_s = exit_poll_s
+        self.exit_wait_s = exit_wait_s
         self.stop_grace_s = stop_grace_s
         self.log_drain_s = log_drain_s
         self.lost_after_polls = lost_after_polls
@@ -294,6 +296,7 @@ class AttemptRunner:
                 package=package,
                 requirements=RequirementsRef.of(spec.requirements) if spec.requirements else None,
                 timeout_s=spec.timeout_s,
+                awaits_exit=True,  # asked for by `_await_exit`, never pushed
             )
         )
         return response.started_at
@@ -312,6 +315,10 @@ class AttemptRunner:
         gang = GangExit.of([p.name for p in lease.pods], job.spec)
         cancel_task = asyncio.ensure_future(running.cancel.wait())
         stop_task = asyncio.ensure_future(running.stop.wait())
+        asking = [
+            asyncio.ensure_future(self._await_exit(job.attempt, pod, fut))
+            for pod, fut in pending.items()
+        ]
         try:
             while True:
                 waiting: list[asyncio.Future[Any]] = [*pending.values(), cancel_task]
@@ -354,6 +361,29 @@ class AttemptRunner:
         finally:
             cancel_task.cancel()
             stop_task.cancel()
+            for task in asking:
+                task.cancel()
+
+    async def _await_exit(self, attempt: str, pod: str, exit: asyncio.Future[ExitEvent]) -> None:
+        """Ask the rank's agent for the attempt's exit, again and again while it runs: one
+        exchange on a kept connection per exit, in place of an event the agent would push
+        through the API. When the agent stops answering, the polls of `_wait_exit` (which
+        also judge a lost pod) take over; the agent keeps the exit until the reset either way,
+        so an answer lost on the way is found by the next question."""
+        agent = self.pods.agent(pod)
+        failures = 0
+        while not exit.done():
+            try:
+                status = await agent.wait_status(attempt, self.exit_wait_s)
+            except (FirepoolError, OSError):
+                failures += 1
+                if failures >= 2:
+                    return
+                await asyncio.sleep(self.exit_poll_s / 4)
+                continue
+            failures = 0
+            if status.exit is not None and not exit.done():
+                exit.set_result(status.exit)
 
     async def _poll_exits(
         self,

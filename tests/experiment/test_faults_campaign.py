@@ -46,7 +46,7 @@ def test_a_small_campaign_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -
 
 def test_a_postgresql_restart_under_load_loses_nothing(tmp_path: Path) -> None:
     """The store kind on a private PostgreSQL server, stopped and started under load. Needs
-    the broker to ride out an unavailable store (503 StoreUnavailable, exit events kept)."""
+    the broker to ride out an unavailable store (503 StoreUnavailable, exits kept in memory)."""
     if not (PG_BIN / "initdb").exists():
         needs("PostgreSQL's initdb and pg_ctl (the campaign starts a private server)")
     small = FaultCampaign(

@@ -599,7 +599,7 @@ def run_once(
         ),
         # What the broker's API served per job: the callers' submissions (each waiting for
         # its job's end) and polls (a `run` whose submission's wait ran out), and the pods'
-        # exit events.
+        # pushed exit events (none since the broker asks each agent for its attempt's exit).
         "requests_per_job": sum(tally.requests.values()) / jobs if jobs else float("nan"),
         "submissions_per_job": tally.requests["POST /v1/jobs"] / jobs if jobs else float("nan"),
         "polls_per_job": tally.requests["GET /v1/jobs/{job_id}"] / jobs if jobs else float("nan"),

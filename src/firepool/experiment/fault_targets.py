@@ -104,7 +104,6 @@ class ServeProcess:
             time.sleep(0.05)
         return None
 
-
     def lost_in_restart(self, since: int) -> dict[str, str]:
         return lost_in_restart(self.log, since)
 

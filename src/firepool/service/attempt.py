@@ -364,7 +364,9 @@ class AttemptRunner:
             for task in asking:
                 task.cancel()
 
-    async def _await_exit(self, attempt: str, pod: str, exit: asyncio.Future[ExitEvent]) -> None:
+    async def _await_exit(
+        self, attempt: str, pod: str, rank_exit: asyncio.Future[ExitEvent]
+    ) -> None:
         """Ask the rank's agent for the attempt's exit, again and again while it runs: one
         exchange on a kept connection per exit, in place of an event the agent would push
         through the API. When the agent stops answering, the polls of `_wait_exit` (which
@@ -372,7 +374,7 @@ class AttemptRunner:
         so an answer lost on the way is found by the next question."""
         agent = self.pods.agent(pod)
         failures = 0
-        while not exit.done():
+        while not rank_exit.done():
             try:
                 status = await agent.wait_status(attempt, self.exit_wait_s)
             except (FirepoolError, OSError):
@@ -382,8 +384,8 @@ class AttemptRunner:
                 await asyncio.sleep(self.exit_poll_s / 4)
                 continue
             failures = 0
-            if status.exit is not None and not exit.done():
-                exit.set_result(status.exit)
+            if status.exit is not None and not rank_exit.done():
+                rank_exit.set_result(status.exit)
 
     async def _poll_exits(
         self,

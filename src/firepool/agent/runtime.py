@@ -553,10 +553,10 @@ class Agent:
     def wait_status(self, attempt_id: str, wait_s: float) -> AttemptStatus:
         """The attempt's status once it exited, or after `wait_s` s if it still runs: the
         broker's one request for an exit, in place of an event the agent would push."""
-        with self._lock:
-            remembered = self.reset_attempts.get(attempt_id)
-        if remembered is None:
-            self._attempt(attempt_id).exited.wait(wait_s)
+        status = self.status(attempt_id)
+        if status.exit is not None or status.phase is not AttemptPhase.RUNNING:
+            return status
+        self.wait_exit(attempt_id, wait_s)
         return self.status(attempt_id)
 
     def status(self, attempt_id: str) -> AttemptStatus:

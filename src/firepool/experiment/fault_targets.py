@@ -104,9 +104,6 @@ class ServeProcess:
             time.sleep(0.05)
         return None
 
-    def lost_in_restart(self, since: int) -> dict[str, str]:
-        return lost_in_restart(self.log, since)
-
 
 def lost_in_restart(log: Path, since: int = 0) -> dict[str, str]:
     """Pod -> caller, for each attempt a broker logged lost in its recovery after byte

@@ -56,7 +56,7 @@ from typing import Any
 import httpx
 
 from firepool.experiment.evidence import JOB_BODY, Evidence, expected_output
-from firepool.experiment.fault_targets import ServeProcess, StoreOutage, agent_pid
+from firepool.experiment.fault_targets import ServeProcess, StoreOutage, agent_pid, lost_in_restart
 from firepool.model import ConfigError
 from firepool.sim.agentic import Tagger, w_agent, w_rl
 from firepool.sim.programs import Program, Run, Sleep
@@ -375,7 +375,7 @@ class Campaign:
         else:
             result.notes.append("a restart logged no first dispatch")
         result.holds_before += len(before)
-        lost_busy = await asyncio.to_thread(self.server.lost_in_restart, offset)
+        lost_busy = await asyncio.to_thread(lost_in_restart, self.server.log, offset)
         result.holds_kept += await self.kept(before, listed_at, lost_busy, result)
 
     async def store_outage(self, result: KindResult) -> None:

@@ -15,6 +15,7 @@ from firepool.control.records import ClaimRequest, Lease, Wait, WaitReason
 from firepool.control.reservations import GangReservations
 from firepool.control.tracker import Tracker
 from firepool.model import JobErrorClass, JobState
+from firepool.model.frozen_init import fast_frozen_init
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,7 @@ def dispatch_pass(
     return result
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AttemptEnd:
     """How an attempt ended, as the agent and the driver observed it.
@@ -98,6 +100,7 @@ class AttemptEnd:
     message: str | None = None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What becomes of the job: a terminal state, or QUEUED for a new attempt."""

@@ -26,6 +26,7 @@ from firepool.model import (
     PodState,
     attempt_id,
 )
+from firepool.model.frozen_init import fast_frozen_init
 
 
 class RetireReason(StrEnum):
@@ -143,6 +144,7 @@ class Group:
         return self.gate is not None or self.waiting is not None
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
     """One job's request for its full pod set. `queued_at` tells a new pod from a warm one."""
@@ -235,6 +237,7 @@ class PodSnapshot:
     retire_after: RetireReason | None = None  # e.g. a recycled pod: retires after its job
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Ticket:
     """A job as the broker core knows it: who asked, for what, and which attempt is next.

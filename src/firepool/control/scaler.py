@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from firepool.control.records import Group, Pod, Retired, RetireReason
 from firepool.model import PodState, PoolSpec
+from firepool.model.frozen_init import fast_frozen_init
 
 # Bound once: Enum attribute lookups are slow on a loop over 100,000 pods.
 _STARTING, _IDLE, _HELD = PodState.STARTING, PodState.IDLE, PodState.HELD
@@ -44,6 +45,7 @@ _BUSY = (_ASSIGNED, _RUNNING)
 _GONE = (_RETIRING, _STALE)
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class QueuedDemand:
     """One queued job as the scaler sees it (jobs blocked by their caller's quota included)."""
@@ -64,6 +66,7 @@ class ScalerConfig:
     drain_budget: int = 1  # stale (old-template) pods retiring at once during a rollout
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Census:
     """The pool's physical units by class for one pass (also exported as metrics)."""

@@ -49,6 +49,7 @@ from firepool.model import (
     PoolSpec,
     Topology,
 )
+from firepool.model.frozen_init import fast_frozen_init
 from firepool.scheduling.utility import p_restart_for
 from firepool.sim.backend import VirtualBackend
 from firepool.sim.loop import EventLoop
@@ -111,6 +112,7 @@ class JobStats:
         return self.first - self.submitted
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class JobRequest:
     """A fixed-duration job as a workload submits it."""

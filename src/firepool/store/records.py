@@ -19,6 +19,7 @@ from firepool.model import (
     PoolSpec,
     attempt_id,
 )
+from firepool.model.frozen_init import fast_frozen_init
 
 #: The timing names a job carries, in the order a job passes them.
 TIMING_NAMES = ("submitted", "assigned", "started", "first_instruction", "finished")
@@ -35,6 +36,7 @@ def timings(
     return full
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class PodBinding:
     """One pod of an attempt, with how it was obtained and why no warmer path was used."""
@@ -46,6 +48,7 @@ class PodBinding:
     pool: str = ""
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     id: str
@@ -70,6 +73,7 @@ class JobRecord:
         return attempt_id(self.id, self.retries)
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
     id: str
@@ -83,6 +87,7 @@ class AttemptRecord:
     pods: tuple[PodBinding, ...]
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Submitted:
     """The answer to a submission: the job, and whether this call created it (False when a

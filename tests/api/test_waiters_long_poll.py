@@ -17,7 +17,7 @@ import pytest
 from api_harness import Api
 
 from firepool.model import AcquisitionPath, JobState
-from firepool.store import PodBinding
+from firepool.store import JobRecord, PodBinding
 
 JOB = {"pool": "cpu", "command": ["python", "main.py"]}
 HELD = 60  # seconds a parked request may be held: far beyond what any test needs
@@ -188,3 +188,60 @@ def test_a_submissions_bad_wait_is_refused_and_nothing_is_queued(api: Api, wait_
     assert response.status_code == 422
     assert response.json()["field"] == "wait_s"
     assert api.alice.get("/v1/jobs").json()["jobs"] == []
+
+
+def test_a_waiting_submission_reads_its_new_job_once_at_its_end(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job this request created needs no read before the wait (see
+    `services.jobs.wait_for_created`): one read of the stored record, after the verdict."""
+    reads: list[str] = []
+    real_get = api.context.store.get
+
+    def counted(job_id: str) -> JobRecord | None:
+        reads.append(job_id)
+        return real_get(job_id)
+
+    monkeypatch.setattr(api.context.store, "get", counted)
+    parked = ParkedSubmit(api.alice, JOB)
+    parked_count_reaches(api, 1)
+    assert reads == []
+    (queued,) = api.store.list_jobs(caller="alice")
+    start(api, queued.id)
+    running = real_get(queued.id)
+    assert running is not None
+    reads.clear()  # the test's own read in `start`
+    api.hooks.job_finished(api.store.finish(running, JobState.SUCCEEDED, now=9.0, exit_code=0))
+    body = parked.answer()
+    assert body["state"] == "SUCCEEDED" and body["timings"]["assigned"] == 5.0
+    assert reads == [queued.id]
+
+
+def test_a_replayed_waiting_submission_of_a_running_job_waits_for_its_end(api: Api) -> None:
+    """A replay names an older job, which may end at any time: it is read after its waiter
+    is registered, and answered with the verdict."""
+    first = api.alice.post("/v1/jobs", json={**JOB, "request_id": "r1"})
+    assert first.status_code == 201
+    job_id = first.json()["id"]
+    start(api, job_id)
+    parked = Parked(api.alice, job_id)  # one long poll already parked on the job
+    replay = threading.Thread(
+        target=lambda: replies.append(
+            api.alice.post(
+                "/v1/jobs", json={**JOB, "request_id": "r1"}, params={"wait_s": HELD},
+                timeout=HELD + 30,
+            )
+        ),
+        daemon=True,
+    )
+    replies: list[httpx.Response] = []
+    replay.start()
+    parked_count_reaches(api, 2)
+    running = api.store.get(job_id)
+    assert running is not None
+    api.hooks.job_finished(api.store.finish(running, JobState.FAILED, now=9.0, exit_code=4))
+    replay.join(timeout=HELD + 30)
+    (reply,) = replies
+    assert reply.status_code == 200 and reply.json()["id"] == job_id
+    assert reply.json()["state"] == "FAILED" and reply.json()["exit_code"] == 4
+    assert parked.answer()["state"] == "FAILED"

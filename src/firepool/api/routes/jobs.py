@@ -58,7 +58,10 @@ async def submit_job(
     submitted = await service.submit(session.context, session.caller, spec)
     job = submitted.job
     if wait_s and not job.state.terminal:
-        job = await service.get_own_waiting(session.context, session.caller, job.id, wait_s)
+        if submitted.created:
+            job = await service.wait_for_created(session.context, job, wait_s)
+        else:
+            job = await service.get_own_waiting(session.context, session.caller, job.id, wait_s)
     return json_response(JobOut.of(job), 201 if submitted.created else 200)
 
 

@@ -105,6 +105,22 @@ async def get_own_waiting(
     return await run_in_threadpool(get_own, context, caller, job_id)
 
 
+async def wait_for_created(context: ApiContext, job: JobRecord, wait_s: float) -> JobRecord:
+    """`get_own_waiting` for the job this very request has just created, without its first
+    read (a store read and a thread hop per waiting submission). Nothing is missed: the
+    submission's commit returned, the dispatcher was signalled and the waiter is registered
+    in one run of the event loop, with no await in between, while the job's end needs many
+    later ones (its dispatch commit, its launch, its exit, its verdict's commit). A replayed
+    submission (`request_id` known) names an older job that may end at any time: it goes
+    through `get_own_waiting`."""
+    with context.waiters.watch(job.id) as finished:
+        if job.state.terminal or wait_s <= 0:
+            return job
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(finished, wait_s)
+    return await run_in_threadpool(get_own, context, job.caller, job.id)
+
+
 def read_logs(
     context: ApiContext,
     caller: str,

@@ -17,6 +17,15 @@ top (`egress.py`).
 still holds (a descriptor on it: inode non-zero), so a listener or a connection a job left behind
 through a process that outlived the kill rounds is reported, while TIME_WAIT remnants (held by
 no one) are not. Stdlib only: the agent calls `enter_new` before it imports anything heavy.
+
+The pod's namespace gets a TCP socket hash table of its own (`POD_TCP_HASH_BUCKETS`) where the
+kernel offers one (Linux 6.1+, `tcp_child_ehash_entries`). Reading `/proc/net/tcp` and `tcp6`
+walks every bucket of the namespace's table, and a namespace that shares the host's walks the
+host's: 262,144 buckets on a 128 GiB machine, 2.1 ms of kernel time for the two files, about
+a third of an agent's CPU per job, against 0.17 ms with 16,384 buckets of its own. The sysctl
+applies to the namespaces created *from* the namespace that sets it, so `enter_new` sets it in
+a first, throwaway namespace and creates the pod's from there: the host's setting, and every
+other namespace on the host, stay as they were.
 """
 
 from __future__ import annotations
@@ -40,6 +49,12 @@ _TCP_STATES = {
     "0A": "LISTEN", "0B": "CLOSING",
 }  # fmt: skip
 _INET_TABLES = ("tcp", "tcp6", "udp", "udp6", "raw", "raw6")
+#: Buckets of the TCP socket hash table a pod's namespace gets of its own. Half of it bounds
+#: the namespace's TIME_WAIT sockets (the kernel's rule for a private table); 16,384 keeps the
+#: reset's walk over it near 0.1 ms and costs 128 KiB of kernel memory per pod.
+POD_TCP_HASH_BUCKETS = 16384
+#: Where a namespace says how large a table the namespaces created from it get (0: none).
+CHILD_TCP_HASH = "/proc/sys/net/ipv4/tcp_child_ehash_entries"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -53,11 +68,45 @@ def enter_new() -> int | None:
         os.close(host)
         return None
     try:
+        if _ask_own_tcp_hash(POD_TCP_HASH_BUCKETS):
+            # The pod's namespace, created from the throwaway one (freed as the thread
+            # leaves it). Should the kernel refuse, the throwaway one serves: the same
+            # namespace, with the shared table.
+            _libc.unshare(CLONE_NEWNET)
         loopback_up()
     except OSError:
         leave(host)
         raise
     return host
+
+
+def _ask_own_tcp_hash(buckets: int) -> bool:
+    """In the calling thread's (new) namespace: namespaces created from it get a TCP hash
+    table of `buckets` of their own. False where the kernel has no such setting or refuses."""
+    try:
+        fd = os.open(CHILD_TCP_HASH, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        os.write(fd, str(buckets).encode())
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def tcp_hash_buckets() -> int:
+    """The calling thread's namespace's TCP hash table: its bucket count, negative when the
+    namespace shares the host's (the kernel's convention), 0 where the kernel does not say."""
+    try:
+        fd = os.open("/proc/sys/net/ipv4/tcp_ehash_entries", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        return int(os.read(fd, 64))
+    finally:
+        os.close(fd)
 
 
 def leave(host: int) -> None:

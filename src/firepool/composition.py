@@ -234,7 +234,7 @@ class EmbeddedBroker:
             pods_on_this_host=self.backend.capabilities.pods_on_this_host,
         )
         self.token = await asyncio.to_thread(self._default_token)
-        (self.data_dir / "url").write_text(self.url + "\n")
+        publish_file(self.data_dir / "url", self.url + "\n")
         await self.broker.start(self.agents_url)
         if self.tune_gc:
             tune_gc_for_serving()
@@ -266,3 +266,13 @@ class EmbeddedBroker:
         self.server.should_exit = True
         await asyncio.gather(self._serving, return_exceptions=True)
         await asyncio.to_thread(self.store.close)
+
+
+def publish_file(path: Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all. Local clients wait for the broker's `url`
+    file to appear and read it at once (the SDK's defaults, `firepool` commands, scripts):
+    written in place, it exists empty for a moment, and a reader then got an empty URL (seen
+    in a restart test as "Request URL is missing an 'http://' or 'https://' protocol")."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -26,6 +26,7 @@ from firepool.api.app import create_app
 from firepool.api.auth import issue_token
 from firepool.backends.base import PodBackend
 from firepool.backends.local import IsolationChoice, LocalBackend
+from firepool.client.config import URL_FILE
 from firepool.control.budgets import BudgetLedger
 from firepool.model import ConfigError, TokenRole
 from firepool.packages.disk import DiskPackageStore
@@ -234,7 +235,7 @@ class EmbeddedBroker:
             pods_on_this_host=self.backend.capabilities.pods_on_this_host,
         )
         self.token = await asyncio.to_thread(self._default_token)
-        publish_file(self.data_dir / "url", self.url + "\n")
+        publish_file(self.data_dir / URL_FILE, self.url + "\n")
         await self.broker.start(self.agents_url)
         if self.tune_gc:
             tune_gc_for_serving()

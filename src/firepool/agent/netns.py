@@ -96,19 +96,6 @@ def _ask_own_tcp_hash(buckets: int) -> bool:
     return True
 
 
-def tcp_hash_buckets() -> int:
-    """The calling thread's namespace's TCP hash table: its bucket count, negative when the
-    namespace shares the host's (the kernel's convention), 0 where the kernel does not say."""
-    try:
-        fd = os.open("/proc/sys/net/ipv4/tcp_ehash_entries", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return 0
-    try:
-        return int(os.read(fd, 64))
-    finally:
-        os.close(fd)
-
-
 def leave(host: int) -> None:
     """The calling thread back in the host's namespace (raises if the kernel refuses)."""
     try:

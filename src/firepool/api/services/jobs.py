@@ -93,16 +93,10 @@ async def get_own_waiting(
     context: ApiContext, caller: str, job_id: str, wait_s: float
 ) -> JobRecord:
     """The job once it is terminal, or as it stands after `wait_s` seconds. The waiter is
-    registered before the read, so a verdict committed in between is not missed. Either way
-    the answer is read from the store afterwards: timings stamped off the critical path
-    (`started`) may land after the verdict, and the answer must be the stored record."""
+    registered before the read, so a verdict committed in between is not missed."""
     with context.waiters.watch(job_id) as finished:
         job = await run_in_threadpool(get_own, context, caller, job_id)
-        if job.state.terminal or wait_s <= 0:
-            return job
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(finished, wait_s)
-    return await run_in_threadpool(get_own, context, caller, job_id)
+        return await _until_terminal(context, job, finished, wait_s)
 
 
 async def wait_for_created(context: ApiContext, job: JobRecord, wait_s: float) -> JobRecord:
@@ -114,10 +108,20 @@ async def wait_for_created(context: ApiContext, job: JobRecord, wait_s: float) -
     submission (`request_id` known) names an older job that may end at any time: it goes
     through `get_own_waiting`."""
     with context.waiters.watch(job.id) as finished:
-        if job.state.terminal or wait_s <= 0:
-            return job
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(finished, wait_s)
+        return await _until_terminal(context, job, finished, wait_s)
+
+
+async def _until_terminal(
+    context: ApiContext, job: JobRecord, finished: asyncio.Future[JobRecord], wait_s: float
+) -> JobRecord:
+    """`job` if it is terminal already (or nobody waits), else the stored record once its
+    waiter is released or `wait_s` is up. The answer is read from the store even when
+    released: timings stamped off the critical path (`started`) may land after the verdict,
+    and the answer must be the stored record."""
+    if job.state.terminal or wait_s <= 0:
+        return job
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(finished, wait_s)
     return await run_in_threadpool(get_own, context, job.caller, job.id)
 
 

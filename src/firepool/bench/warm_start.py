@@ -9,15 +9,21 @@ instruction (0.59 s on H200: 0.04 / 0.01 / 0.39 / 0.12). Here, per job:
   `time.time()` (read back from the job's log).
 Every job reuses the caller's warm pod (same lease tag); the first, cold job is not counted.
 All clocks are this machine's wall clock.
+
+The broker runs as `firepool serve`, in a process of its own, and the caller is the SDK
+(`--broker serve`, the default): what a caller of a local broker sees. `--broker thread` runs
+it on a thread of the benchmark's process instead, polled with raw HTTP, as the figures up to
+2026-12-07 were taken; `--broker-rounds N` alternates the two.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Callable
 
 from firepool.bench.common import machine, percentile, print_table, write_json
-from firepool.bench.warm_start_parts import measure
+from firepool.bench.warm_start_parts import measure, measure_served
 
 
 def main(argv: list[str]) -> int:
@@ -37,6 +43,20 @@ def main(argv: list[str]) -> int:
         help="instead: the local backend and a real Kubernetes node (the test cluster's) in "
         "alternated rounds, and a fresh pod's create -> ready by phase",
     )
+    parser.add_argument(
+        "--broker",
+        choices=("serve", "thread"),
+        default="serve",
+        help="serve: `firepool serve` in a process of its own, driven by the SDK (what a "
+        "caller sees); thread: the broker on a thread of this process, polled (the method of "
+        "the figures before 2026-12-07)",
+    )
+    parser.add_argument(
+        "--broker-rounds",
+        type=int,
+        default=0,
+        help="instead: alternate this many rounds of --broker serve and --broker thread",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="with --kubernetes")
     parser.add_argument("--cold", type=int, default=5, help="fresh pods, with --kubernetes")
     args = parser.parse_args(argv)
@@ -46,7 +66,12 @@ def main(argv: list[str]) -> int:
         return compare_kubernetes(args)
     if args.network_rounds:
         return compare_network(args)
-    parts = measure(args.jobs, args.store)
+    if args.broker_rounds:
+        return compare_brokers(args)
+    if args.broker == "serve":
+        parts = measure_served(args.jobs, args.store)
+    else:
+        parts = measure(args.jobs, args.store)
     ms = {k: [v * 1000.0 for v in vals] for k, vals in parts.items()}
     result: dict[str, object] = {
         "jobs": len(ms["total"]),
@@ -57,10 +82,11 @@ def main(argv: list[str]) -> int:
         "handoff_ms_p50": percentile(ms["handoff"], 50),
         "first_instruction_ms_p50": percentile(ms["first"], 50),
         "total_ms_mean": statistics.fmean(ms["total"]) if ms["total"] else float("nan"),
+        "broker": args.broker,
         "machine": machine(),
     }
     print_table(
-        f"warm start, {result['jobs']} jobs on a warm local pod (p50, ms)",
+        f"warm start, {result['jobs']} jobs on a warm local pod, broker: {args.broker} (p50, ms)",
         [
             ("submit -> first instruction", f"{result['total_ms_p50']:.1f}", "<= 30"),
             ("  accept", f"{result['accept_ms_p50']:.1f}", "paper 40"),
@@ -74,17 +100,65 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def alternated(
+    variants: dict[str, Callable[[], dict[str, list[float]]]], rounds: int
+) -> dict[str, list[float]]:
+    """Each variant's total p50 (ms) per round, the variants alternated (a, b, b, a, ...) so
+    that a machine slowing down or speeding up over the run weighs on both alike."""
+    names = list(variants)
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(rounds):
+        for name in names if i % 2 == 0 else names[::-1]:
+            total = [v * 1000.0 for v in variants[name]()["total"]]
+            out[name].append(percentile(total, 50))
+    return out
+
+
+def compare_brokers(args: argparse.Namespace) -> int:
+    """The broker as `firepool serve` against the broker on this process's thread, in
+    alternated rounds: how much of a warm start the earlier method's setting added."""
+    rounds = alternated(
+        {
+            "serve": lambda: measure_served(args.jobs, args.store),
+            "thread": lambda: measure(args.jobs, args.store),
+        },
+        args.broker_rounds,
+    )
+    served, thread = (statistics.median(rounds[k]) for k in ("serve", "thread"))
+    result: dict[str, object] = {
+        "rounds": args.broker_rounds,
+        "jobs_per_round": args.jobs,
+        "total_ms_p50_per_round": rounds,
+        "total_ms_p50_serve": served,
+        "total_ms_p50_thread": thread,
+        "serve_over_thread": served / thread,
+        "machine": machine(),
+    }
+    print_table(
+        f"warm start p50, {args.broker_rounds} alternated rounds of {args.jobs} jobs (ms)",
+        [
+            ("firepool serve + SDK (median of rounds)", f"{served:.2f}", "<= 6"),
+            ("broker thread, polled (median of rounds)", f"{thread:.2f}", "-"),
+            ("serve / thread", f"{served / thread:.2f}", "-"),
+            ("rounds, serve", " ".join(f"{v:.1f}" for v in rounds["serve"]), "-"),
+            ("rounds, thread", " ".join(f"{v:.1f}" for v in rounds["thread"]), "-"),
+        ],
+    )
+    write_json(args.json_path, result)
+    return 0
+
+
 def compare_network(args: argparse.Namespace) -> int:
     """What the pods' network namespace costs a warm start: rounds alternated side by side
     (own namespace, host network, own, ...), the difference of the medians of each round's
     total p50."""
-    rounds: dict[str, list[float]] = {"namespace": [], "host": []}
-    for i in range(args.network_rounds):
-        order = (("namespace", True), ("host", False)) if i % 2 == 0 else (
-            ("host", False), ("namespace", True))  # fmt: skip
-        for name, namespace in order:
-            total = [v * 1000.0 for v in measure(args.jobs, args.store, namespace)["total"]]
-            rounds[name].append(percentile(total, 50))
+    rounds = alternated(
+        {
+            "namespace": lambda: measure(args.jobs, args.store, True),
+            "host": lambda: measure(args.jobs, args.store, False),
+        },
+        args.network_rounds,
+    )
     own, host = (statistics.median(rounds[k]) for k in ("namespace", "host"))
     result: dict[str, object] = {
         "rounds": args.network_rounds,

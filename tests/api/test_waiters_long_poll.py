@@ -245,3 +245,56 @@ def test_a_replayed_waiting_submission_of_a_running_job_waits_for_its_end(api: A
     assert reply.status_code == 200 and reply.json()["id"] == job_id
     assert reply.json()["state"] == "FAILED" and reply.json()["exit_code"] == 4
     assert parked.answer()["state"] == "FAILED"
+
+
+def test_a_verdict_record_carrying_its_start_is_answered_without_a_read(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker adds an attempt's start stamps to its record once they are stored, so the
+    verdict's record is the stored row: the parked request answers with it, unread."""
+    from dataclasses import replace
+
+    from firepool.store.records import timings
+
+    job_id = api.alice.post("/v1/jobs", json=JOB).json()["id"]
+    start(api, job_id)
+    running = api.store.get(job_id)
+    assert running is not None
+    stamps = {"started": 6.0, "first_instruction": 6.0}
+    api.store.record_timings(running, stamps)  # stored first, as `_record_start` does
+    running = replace(running, timings=timings(running.timings, **stamps))
+    reads: list[str] = []
+    real_get = api.context.store.get
+
+    def counted(job: str) -> JobRecord | None:
+        reads.append(job)
+        return real_get(job)
+
+    parked = Parked(api.alice, job_id)
+    parked_count_reaches(api, 1)
+    monkeypatch.setattr(api.context.store, "get", counted)
+    api.hooks.job_finished(api.store.finish(running, JobState.SUCCEEDED, now=9.0, exit_code=0))
+    body = parked.answer()
+    assert reads == []
+    monkeypatch.undo()
+    assert body == api.alice.get(f"/v1/jobs/{job_id}").json()  # the stored record, all of it
+    assert body["timings"]["started"] == 6.0 and body["timings"]["finished"] == 9.0
+
+
+def test_a_verdict_record_without_its_start_is_read_back_with_the_stamps_stored_since(
+    api: Api,
+) -> None:
+    """Stamps stored after the verdict's record was built (written off the critical path,
+    they may land late) are in the answer: without them the record is read back."""
+    job_id = api.alice.post("/v1/jobs", json=JOB).json()["id"]
+    start(api, job_id)
+    running = api.store.get(job_id)
+    assert running is not None
+    parked = Parked(api.alice, job_id)
+    parked_count_reaches(api, 1)
+    final = api.store.finish(running, JobState.SUCCEEDED, now=9.0, exit_code=0)
+    api.store.record_timings(running, {"started": 6.0, "first_instruction": 6.0})  # landed late
+    api.hooks.job_finished(final)
+    body = parked.answer()
+    assert body["timings"]["started"] == 6.0
+    assert body == api.alice.get(f"/v1/jobs/{job_id}").json()

@@ -14,7 +14,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Collection, Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from firepool.control.dispatch import AttemptEnd, Verdict
@@ -50,6 +50,7 @@ from firepool.service.outage import until_stored
 from firepool.service.pods import PodManager
 from firepool.store import AsyncWrites, JobRecord, JobStore, PodBinding
 from firepool.store.logs import STREAMS, StreamOffsets
+from firepool.store.records import timings
 
 log = logging.getLogger("firepool.service.attempt")
 
@@ -251,7 +252,7 @@ class AttemptRunner:
             return AttemptEnd(launch_failed=True, message=str(exc))
         running.launched = True
         first = running.first_instruction = min(started)
-        self.pods.spawn(self._record_start(job, first))
+        self.pods.spawn(self._record_start(running, first))
         if isinstance(self.logs, RankLogSink):
             running.pump_timer = asyncio.get_running_loop().call_later(
                 self.live_output_after_s, self.start_log_pump, running
@@ -260,10 +261,12 @@ class AttemptRunner:
             self.start_log_pump(running)
         return await self._wait_exit(running)
 
-    async def _record_start(self, job: JobRecord, at: float) -> None:
+    async def _record_start(self, running: Running, at: float) -> None:
         """Off the critical path: the attempt already runs. The process start is the first
-        instant user code can run; a job that reports its own first instruction refines it."""
-
+        instant user code can run; a job that reports its own first instruction refines it.
+        Once stored, the stamps go into the attempt's record too: the verdict's record, built
+        from it, is then the stored row, which a long poll may answer with unread."""
+        job = running.job
         stamps = {"started": at, "first_instruction": at}
 
         async def write() -> None:
@@ -273,6 +276,8 @@ class AttemptRunner:
                 await asyncio.to_thread(self.store.record_timings, job, stamps)
 
         await until_stored(write, what=f"the start time of {job.attempt}")
+        if running.job.attempt == job.attempt:
+            running.job = replace(running.job, timings=timings(running.job.timings, **stamps))
 
     async def _launch_one(
         self, job: JobRecord, lease: Lease, rank: int, topology_env: dict[str, str]

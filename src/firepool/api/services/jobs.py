@@ -115,13 +115,18 @@ async def _until_terminal(
     context: ApiContext, job: JobRecord, finished: asyncio.Future[JobRecord], wait_s: float
 ) -> JobRecord:
     """`job` if it is terminal already (or nobody waits), else the stored record once its
-    waiter is released or `wait_s` is up. The answer is read from the store even when
-    released: timings stamped off the critical path (`started`) may land after the verdict,
-    and the answer must be the stored record."""
+    waiter is released or `wait_s` is up. The answer must be the stored record. The record a
+    waiter is released with is the verdict write's; it is the stored row when it carries its
+    attempt's start (the broker adds the stamps to the attempt's record only once they are
+    stored, and the verdict's record is built from that). Without them the stamps may land
+    after the verdict (they are written off the critical path), so the store is read: a
+    thread hop and a SELECT that the common case no longer pays."""
     if job.state.terminal or wait_s <= 0:
         return job
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(finished, wait_s)
+        released = await asyncio.wait_for(finished, wait_s)
+        if released.timings.get("started") is not None:
+            return released
     return await run_in_threadpool(get_own, context, job.caller, job.id)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from firepool.bench.common import machine, percentile, print_table, write_json
 from firepool.bench.warm_start_parts import measure, measure_served
@@ -114,70 +115,76 @@ def alternated(
     return out
 
 
+@dataclass(frozen=True)
+class Variant:
+    """One side of an alternated comparison: its name in the JSON, its row in the table."""
+
+    name: str
+    label: str
+    target: str
+    measure: Callable[[], dict[str, list[float]]]
+
+
+def compare(
+    args: argparse.Namespace,
+    count: int,
+    first: Variant,
+    second: Variant,
+    summary: Callable[[float, float], tuple[str, float, str, str, str]],
+) -> int:
+    """`count` alternated rounds of the two variants: each one's median of its rounds' total
+    p50, and `summary(first, second)`: (JSON key, value, row label, value as shown, target)."""
+    rounds = alternated({v.name: v.measure for v in (first, second)}, count)
+    medians = [statistics.median(rounds[v.name]) for v in (first, second)]
+    key, value, label, shown, target = summary(*medians)
+    result: dict[str, object] = {
+        "rounds": count,
+        "jobs_per_round": args.jobs,
+        "total_ms_p50_per_round": rounds,
+        **{f"total_ms_p50_{v.name}": m for v, m in zip((first, second), medians, strict=True)},
+        key: value,
+        "machine": machine(),
+    }
+    pairs = list(zip((first, second), medians, strict=True))
+    print_table(
+        f"warm start p50, {count} alternated rounds of {args.jobs} jobs (ms)",
+        [
+            *((f"{v.label} (median of rounds)", f"{m:.2f}", v.target) for v, m in pairs),
+            (label, shown, target),
+            *((f"rounds, {v.name}", " ".join(f"{r:.1f}" for r in rounds[v.name]), "-")
+              for v, _ in pairs),
+        ],
+    )  # fmt: skip
+    write_json(args.json_path, result)
+    return 0
+
+
 def compare_brokers(args: argparse.Namespace) -> int:
     """The broker as `firepool serve` against the broker on this process's thread, in
     alternated rounds: how much of a warm start the earlier method's setting added."""
-    rounds = alternated(
-        {
-            "serve": lambda: measure_served(args.jobs, args.store),
-            "thread": lambda: measure(args.jobs, args.store),
-        },
+    return compare(
+        args,
         args.broker_rounds,
-    )
-    served, thread = (statistics.median(rounds[k]) for k in ("serve", "thread"))
-    result: dict[str, object] = {
-        "rounds": args.broker_rounds,
-        "jobs_per_round": args.jobs,
-        "total_ms_p50_per_round": rounds,
-        "total_ms_p50_serve": served,
-        "total_ms_p50_thread": thread,
-        "serve_over_thread": served / thread,
-        "machine": machine(),
-    }
-    print_table(
-        f"warm start p50, {args.broker_rounds} alternated rounds of {args.jobs} jobs (ms)",
-        [
-            ("firepool serve + SDK (median of rounds)", f"{served:.2f}", "<= 6"),
-            ("broker thread, polled (median of rounds)", f"{thread:.2f}", "-"),
-            ("serve / thread", f"{served / thread:.2f}", "-"),
-            ("rounds, serve", " ".join(f"{v:.1f}" for v in rounds["serve"]), "-"),
-            ("rounds, thread", " ".join(f"{v:.1f}" for v in rounds["thread"]), "-"),
-        ],
-    )
-    write_json(args.json_path, result)
-    return 0
+        Variant("serve", "firepool serve + SDK", "<= 6",
+                lambda: measure_served(args.jobs, args.store)),
+        Variant("thread", "broker thread, polled", "-", lambda: measure(args.jobs, args.store)),
+        lambda served, thread: (
+            "serve_over_thread", served / thread, "serve / thread", f"{served / thread:.2f}", "-"
+        ),
+    )  # fmt: skip
 
 
 def compare_network(args: argparse.Namespace) -> int:
     """What the pods' network namespace costs a warm start: rounds alternated side by side
     (own namespace, host network, own, ...), the difference of the medians of each round's
     total p50."""
-    rounds = alternated(
-        {
-            "namespace": lambda: measure(args.jobs, args.store, True),
-            "host": lambda: measure(args.jobs, args.store, False),
-        },
+    return compare(
+        args,
         args.network_rounds,
-    )
-    own, host = (statistics.median(rounds[k]) for k in ("namespace", "host"))
-    result: dict[str, object] = {
-        "rounds": args.network_rounds,
-        "jobs_per_round": args.jobs,
-        "total_ms_p50_per_round": rounds,
-        "total_ms_p50_namespace": own,
-        "total_ms_p50_host": host,
-        "namespace_cost_ms": own - host,
-        "machine": machine(),
-    }
-    print_table(
-        f"warm start p50, {args.network_rounds} alternated rounds of {args.jobs} jobs (ms)",
-        [
-            ("own network namespace (median of rounds)", f"{own:.2f}", "-"),
-            ("host network (median of rounds)", f"{host:.2f}", "-"),
-            ("cost of the namespace", f"{own - host:+.2f}", "<= +1"),
-            ("rounds, namespace", " ".join(f"{v:.1f}" for v in rounds["namespace"]), "-"),
-            ("rounds, host", " ".join(f"{v:.1f}" for v in rounds["host"]), "-"),
-        ],
-    )
-    write_json(args.json_path, result)
-    return 0
+        Variant("namespace", "own network namespace", "-",
+                lambda: measure(args.jobs, args.store, True)),
+        Variant("host", "host network", "-", lambda: measure(args.jobs, args.store, False)),
+        lambda own, host: (
+            "namespace_cost_ms", own - host, "cost of the namespace", f"{own - host:+.2f}", "<= +1"
+        ),
+    )  # fmt: skip

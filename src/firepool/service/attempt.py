@@ -102,8 +102,22 @@ class Running:
     #: reset acknowledges it (None: the pump acknowledges, or nothing was stored inline).
     acks: dict[str, LogAck] | None = None
     marking: asyncio.Task[bool] | None = None
+    #: The write of the start stamps (`AttemptRunner._record_start`), once launched.
+    start_stamps: asyncio.Task[None] | None = None
     #: Pods whose agents stopped answering: never waited on again (stop, reset), deleted.
     lost: set[str] = field(default_factory=set)
+
+    async def record_with_start(self) -> JobRecord:
+        """The attempt's record once the write of its start stamps is over, stored or not.
+        The verdict's record is built from it: carrying the stamps, it is the stored row, and
+        a long poll answers with it unread. Without this wait a short job's exit often came
+        before the stamps' commit (under `bench throughput` almost every job's did), and each
+        answer cost a read. The wait costs a verdict nothing it would not wait for anyway: the
+        stamps' write was queued at the launch, ahead of the verdict's in the same committer,
+        and while the store is away both wait for it."""
+        if self.start_stamps is not None and not self.start_stamps.done():
+            await asyncio.wait({self.start_stamps})
+        return self.job
 
 
 class AttemptRunner:
@@ -252,7 +266,7 @@ class AttemptRunner:
             return AttemptEnd(launch_failed=True, message=str(exc))
         running.launched = True
         first = running.first_instruction = min(started)
-        self.pods.spawn(self._record_start(running, first))
+        running.start_stamps = self.pods.spawn(self._record_start(running, first))
         if isinstance(self.logs, RankLogSink):
             running.pump_timer = asyncio.get_running_loop().call_later(
                 self.live_output_after_s, self.start_log_pump, running

@@ -166,7 +166,7 @@ class AttemptTasks:
     async def _finish(self, running: Running, end: AttemptEnd) -> None:
         await self.runner.drain_logs(running)
         job_id = running.ticket.job
-        self.verdicts.ended[job_id] = running.job
+        self.verdicts.ended[job_id] = running
         try:
             if _judge_first(running):
                 # The verdict needs no reset: its write and the reset run side by side, and

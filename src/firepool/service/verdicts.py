@@ -18,7 +18,7 @@ from firepool.control.actions import Action, FailQueued, RecordVerdict
 from firepool.control.core import BrokerCore
 from firepool.control.dispatch import Verdict
 from firepool.model import JobState
-from firepool.service.attempt import AttemptRunner
+from firepool.service.attempt import AttemptRunner, Running
 from firepool.service.dispatcher import Dispatcher
 from firepool.service.outage import until_stored
 from firepool.service.telemetry import BrokerTelemetry
@@ -71,10 +71,10 @@ class Verdicts:
         self.act = act
         self.spawn = spawn
         self.clock = clock
-        # The committed record of each attempt that just ended, for its verdict's conditional
-        # write (saves a store read per job; a cancel that bumped the version in between
+        # Each attempt that just ended: its committed record is its verdict's conditional
+        # write's (saves a store read per job; a cancel that bumped the version in between
         # makes the write lose its race, and `AttemptRunner.record` then re-reads).
-        self.ended: dict[str, JobRecord] = {}
+        self.ended: dict[str, Running] = {}
 
     def record(self, action: RecordVerdict) -> None:
         job_id = action.ticket.job
@@ -94,12 +94,12 @@ class Verdicts:
         if task.exception() is not None or not task.result():
             self.act(self.core.verdict_unrecorded(job_id, self.clock()))
 
-    async def _record(self, action: RecordVerdict, ended: JobRecord | None = None) -> bool:
-        """Write the core's verdict. `ended` is the attempt's committed record when the
-        verdict follows its end in this process; otherwise the store is read. Whether the
-        core was told the verdict is stored."""
+    async def _record(self, action: RecordVerdict, ended: Running | None = None) -> bool:
+        """Write the core's verdict. `ended` is the attempt when the verdict follows its end
+        in this process (its record, with its start stamps once they are stored); otherwise
+        the store is read. Whether the core was told the verdict is stored."""
         ticket = action.ticket
-        running_job = ended
+        running_job = None if ended is None else await ended.record_with_start()
         if running_job is None or running_job.retries != ticket.retries:
             running_job = await until_stored(
                 lambda: asyncio.to_thread(self.store.get, ticket.job), what=f"job {ticket.job}"

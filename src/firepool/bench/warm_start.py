@@ -125,34 +125,43 @@ class Variant:
     measure: Callable[[], dict[str, list[float]]]
 
 
+@dataclass(frozen=True)
+class Contrast:
+    """What a comparison reports of its two medians (first, second): the JSON key, the
+    table's row and target, and `spec` (a format spec) for the value shown."""
+
+    key: str
+    label: str
+    of: Callable[[float, float], float]
+    spec: str
+    target: str
+
+
 def compare(
-    args: argparse.Namespace,
-    count: int,
-    first: Variant,
-    second: Variant,
-    summary: Callable[[float, float], tuple[str, float, str, str, str]],
+    args: argparse.Namespace, count: int, first: Variant, second: Variant, contrast: Contrast
 ) -> int:
     """`count` alternated rounds of the two variants: each one's median of its rounds' total
-    p50, and `summary(first, second)`: (JSON key, value, row label, value as shown, target)."""
-    rounds = alternated({v.name: v.measure for v in (first, second)}, count)
-    medians = [statistics.median(rounds[v.name]) for v in (first, second)]
-    key, value, label, shown, target = summary(*medians)
+    p50, and `contrast` of the two medians."""
+    variants = (first, second)
+    rounds = alternated({v.name: v.measure for v in variants}, count)
+    medians = {v.name: statistics.median(rounds[v.name]) for v in variants}
+    value = contrast.of(medians[first.name], medians[second.name])
     result: dict[str, object] = {
         "rounds": count,
         "jobs_per_round": args.jobs,
         "total_ms_p50_per_round": rounds,
-        **{f"total_ms_p50_{v.name}": m for v, m in zip((first, second), medians, strict=True)},
-        key: value,
+        **{f"total_ms_p50_{name}": m for name, m in medians.items()},
+        contrast.key: value,
         "machine": machine(),
     }
-    pairs = list(zip((first, second), medians, strict=True))
     print_table(
         f"warm start p50, {count} alternated rounds of {args.jobs} jobs (ms)",
         [
-            *((f"{v.label} (median of rounds)", f"{m:.2f}", v.target) for v, m in pairs),
-            (label, shown, target),
+            *((f"{v.label} (median of rounds)", f"{medians[v.name]:.2f}", v.target)
+              for v in variants),
+            (contrast.label, format(value, contrast.spec), contrast.target),
             *((f"rounds, {v.name}", " ".join(f"{r:.1f}" for r in rounds[v.name]), "-")
-              for v, _ in pairs),
+              for v in variants),
         ],
     )  # fmt: skip
     write_json(args.json_path, result)
@@ -168,9 +177,7 @@ def compare_brokers(args: argparse.Namespace) -> int:
         Variant("serve", "firepool serve + SDK", "<= 6",
                 lambda: measure_served(args.jobs, args.store)),
         Variant("thread", "broker thread, polled", "-", lambda: measure(args.jobs, args.store)),
-        lambda served, thread: (
-            "serve_over_thread", served / thread, "serve / thread", f"{served / thread:.2f}", "-"
-        ),
+        Contrast("serve_over_thread", "serve / thread", lambda s, t: s / t, ".2f", "-"),
     )  # fmt: skip
 
 
@@ -184,7 +191,6 @@ def compare_network(args: argparse.Namespace) -> int:
         Variant("namespace", "own network namespace", "-",
                 lambda: measure(args.jobs, args.store, True)),
         Variant("host", "host network", "-", lambda: measure(args.jobs, args.store, False)),
-        lambda own, host: (
-            "namespace_cost_ms", own - host, "cost of the namespace", f"{own - host:+.2f}", "<= +1"
-        ),
+        Contrast("namespace_cost_ms", "cost of the namespace", lambda own, host: own - host,
+                 "+.2f", "<= +1"),
     )  # fmt: skip

@@ -290,8 +290,7 @@ class AttemptRunner:
                 await asyncio.to_thread(self.store.record_timings, job, stamps)
 
         await until_stored(write, what=f"the start time of {job.attempt}")
-        if running.job.attempt == job.attempt:
-            running.job = replace(running.job, timings=timings(running.job.timings, **stamps))
+        running.job = replace(running.job, timings=timings(running.job.timings, **stamps))
 
     async def _launch_one(
         self, job: JobRecord, lease: Lease, rank: int, topology_env: dict[str, str]
